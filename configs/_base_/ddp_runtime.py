@@ -1,0 +1,8 @@
+# mmddp_ext runtime defaults. Inherit it after your model config:
+#
+#   _base_ = ['mmpose::body_2d_keypoint/...py', 'mmddp_ext::_base_/ddp_runtime.py']
+#
+# `mmddp_ext::` resolves whenever mmddp_ext was imported before the config is parsed (our
+# tools/dist_train.py does that). With other entry points (e.g. MMPose's tools/train.py) use a
+# relative path to this file instead, or add `custom_imports` plus the keys below yourself.
+custom_imports = dict(imports=['mmddp_ext'], allow_failed_imports=False)

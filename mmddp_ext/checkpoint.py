@@ -1,0 +1,95 @@
+"""Loading MMEngine checkpoints on torch >= 2.6 without unpickling arbitrary code.
+
+torch 2.6 made ``torch.load(weights_only=True)`` the default. MMEngine 0.10.7 calls
+``torch.load(filename, map_location=...)`` for local files, so ``--resume`` and ``load_from``
+of a checkpoint MMEngine itself wrote fail with ``Unsupported global: GLOBAL
+numpy._core.multiarray._reconstruct``: checkpoints hold numpy arrays (``meta.dataset_meta``)
+and ``HistoryBuffer`` objects (``message_hub``). The common fix, ``weights_only=False``, lets a
+checkpoint run any code when it is loaded.
+
+Importing :mod:`mmddp_ext` replaces MMEngine's local-file checkpoint loader (through
+``CheckpointLoader.register_scheme``, MMEngine's own extension point) with one that keeps
+``weights_only=True`` and allows exactly the extra types below. Anything else is refused with
+an error that names the type.
+"""
+import os.path as osp
+import pickle
+from typing import Any, Callable, List, Optional, Union
+
+import numpy as np
+import torch
+from mmengine.logging import HistoryBuffer
+from mmengine.runner import CheckpointLoader
+
+
+_HISTORY_METHODS = ('min', 'max', 'current', 'mean')
+
+
+def _history_buffer_getattr(obj: Any, name: str) -> Any:
+    """Stands in for ``getattr`` while unpickling: ``HistoryBuffer`` pickles its statistics
+    methods as ``getattr(HistoryBuffer, 'mean')``; any other use is refused."""
+    if obj is HistoryBuffer and (name in _HISTORY_METHODS
+                                 or name in HistoryBuffer._statistics_methods):
+        return getattr(obj, name)
+    raise pickle.UnpicklingError(f'checkpoint asks for getattr({obj!r}, {name!r}); only '
+                                 'HistoryBuffer statistics methods are allowed')
+
+
+def safe_globals() -> List[Any]:
+    """Types besides tensors that MMEngine / MMPose / MMDetection checkpoints hold."""
+    try:  # numpy >= 2
+        from numpy._core.multiarray import _reconstruct, scalar
+    except ImportError:  # numpy 1.x
+        from numpy.core.multiarray import _reconstruct, scalar
+    dtype_classes = [type(np.dtype(t)) for t in (
+        np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+        np.uint64, np.float16, np.float32, np.float64)]
+    return [_reconstruct, scalar, np.ndarray, np.dtype, *dtype_classes, HistoryBuffer,
+            (_history_buffer_getattr, 'builtins.getattr')]
+
+
+def load_checkpoint_file(filename: str,
+                         map_location: Optional[Union[str, Callable, torch.device]] = None
+                         ) -> Any:
+    """``torch.load`` a local checkpoint with ``weights_only=True`` and our allowlist.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        RuntimeError: the checkpoint holds a type outside the allowlist (named in the message).
+    """
+    filename = osp.expanduser(filename)
+    if not osp.isfile(filename):
+        raise FileNotFoundError(f'checkpoint {filename!r} does not exist')
+    try:
+        with torch.serialization.safe_globals(safe_globals()):
+            return torch.load(filename, map_location=map_location, weights_only=True)
+    except Exception as e:  # torch raises UnpicklingError wrapped in various types
+        if 'Weights only load failed' not in str(e):
+            raise
+        raise RuntimeError(
+            f'refusing to load checkpoint {filename!r}: it holds a Python object that is not '
+            'in mmddp_ext\'s allowlist of checkpoint types, and unpickling it could run code. '
+            f'torch said: {_unsupported_global(str(e))}') from e
+
+
+def _unsupported_global(message: str) -> str:
+    """The part of torch's weights-only error that names the refused type or call."""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    for line in lines:
+        if 'unsupported global' in line.lower():
+            return line
+    for i, line in enumerate(lines):
+        if 'WeightsUnpickler error:' in line:
+            rest = line.split('WeightsUnpickler error:', 1)[1].strip()
+            return rest or (lines[i + 1] if i + 1 < len(lines) else line)
+    return lines[0] if lines else '(no message)'
+
+
+def load_from_local_safe(filename: str, map_location=None) -> Any:
+    """MMEngine checkpoint scheme for local paths (the name must start with ``load_from_``)."""
+    return load_checkpoint_file(filename, map_location)
+
+
+def register_safe_loader() -> None:
+    """Make MMEngine load local checkpoints through :func:`load_checkpoint_file`."""
+    CheckpointLoader.register_scheme(prefixes='', loader=load_from_local_safe, force=True)

@@ -1,0 +1,293 @@
+"""Read and validate the launcher's environment (pure: a mapping in, a frozen DistEnv out).
+
+The variables and how they relate (torchrun's conventions)::
+
+    WORLD_SIZE = nnodes × nproc_per_node          (all processes of the job)
+    RANK       = node_rank × nproc_per_node + local_rank
+    LOCAL_RANK = index of the process on its node = the GPU it uses
+
+Worked example, 2 nodes × 2 GPUs: node 0 runs ranks 0, 1 (LOCAL_RANK 0, 1); node 1 runs ranks
+2, 3 (LOCAL_RANK 0, 1); WORLD_SIZE is 4 everywhere; MASTER_ADDR/MASTER_PORT name rank 0's host
+and a free port on it, and are the same for every process.
+
+Sources, by launcher:
+
+* ``pytorch``: torchrun (or ``torch.distributed.launch``) sets RANK, LOCAL_RANK, WORLD_SIZE,
+  LOCAL_WORLD_SIZE, GROUP_RANK (the node rank), MASTER_ADDR, MASTER_PORT. Started by hand, a
+  process needs RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; a missing LOCAL_RANK is derived as
+  ``RANK % LOCAL_WORLD_SIZE`` when that is set, else ``RANK % (GPUs visible to the process)``,
+  which is right when every host runs one process per visible GPU and ranks are numbered host
+  by host (with ``CUDA_VISIBLE_DEVICES`` naming one GPU per process it is 0, also right). On a
+  CPU it only names the process.
+* ``slurm``: SLURM_PROCID → RANK, SLURM_NTASKS → WORLD_SIZE, SLURM_LOCALID → LOCAL_RANK,
+  SLURM_NODEID → node rank, SLURM_NNODES → nnodes; MASTER_ADDR defaults to the first host of
+  SLURM_NODELIST and MASTER_PORT to ``20000 + SLURM_JOB_ID % 10000`` (two jobs sharing a node
+  do not clash).
+
+Every mistake raises :class:`DistEnvError` with one line naming the variable, its value and
+the fix.
+"""
+import re
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Tuple
+
+from ..errors import UserError
+
+LOOPBACK = ('127.', 'localhost', '::1')
+
+
+class DistEnvError(UserError, ValueError):
+    """A launcher variable is missing, malformed or inconsistent (one line: what and fix)."""
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process sits in the job.
+
+    Attributes:
+        launcher: 'none', 'pytorch' or 'slurm'.
+        rank: global rank (0 .. world_size-1).
+        local_rank: rank on this node; the GPU index the process uses.
+        world_size: number of processes in the job.
+        local_world_size: processes on this node.
+        node_rank: index of this node (0 .. nnodes-1).
+        nnodes: number of nodes.
+        master_addr: host of rank 0 (None when not distributed).
+        master_port: port of the rendezvous store on the master (None when not distributed).
+        local_rank_source: where local_rank came from, for the launch log.
+        under_torchrun: the process was started by torchrun / torch.distributed.elastic, which
+            hosts the rendezvous store itself.
+        warnings: things that look wrong but may be intended.
+    """
+
+    launcher: str = 'none'
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    node_rank: int = 0
+    nnodes: int = 1
+    master_addr: Optional[str] = None
+    master_port: Optional[int] = None
+    local_rank_source: str = 'single process'
+    under_torchrun: bool = False
+    warnings: Tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def distributed(self) -> bool:
+        """Whether a process group is needed (any launcher but 'none')."""
+        return self.launcher != 'none'
+
+    def describe(self) -> str:
+        """One line for the launch log."""
+        if not self.distributed:
+            return 'single process (launcher none): RANK 0, WORLD_SIZE 1'
+        return (f'RANK {self.rank} of WORLD_SIZE {self.world_size} = node {self.node_rank} '
+                f'(of {self.nnodes}) × {self.local_world_size} per node + LOCAL_RANK '
+                f'{self.local_rank} [{self.local_rank_source}]; master '
+                f'{self.master_addr}:{self.master_port}; launcher {self.launcher}')
+
+    def as_environ(self) -> dict:
+        """The torchrun-style variables MMEngine and torch read from ``os.environ``."""
+        env = dict(RANK=self.rank, LOCAL_RANK=self.local_rank, WORLD_SIZE=self.world_size,
+                   LOCAL_WORLD_SIZE=self.local_world_size, GROUP_RANK=self.node_rank)
+        if self.master_addr is not None:
+            env.update(MASTER_ADDR=self.master_addr, MASTER_PORT=self.master_port)
+        return {k: str(v) for k, v in env.items()}
+
+
+def _int(environ: Mapping[str, str], name: str, fix: str) -> Optional[int]:
+    raw = environ.get(name)
+    if raw is None or raw == '':
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise DistEnvError(f'{name}={raw!r} is not an integer: {fix}') from None
+
+
+def detect_launcher(environ: Mapping[str, str]) -> str:
+    """'pytorch' when RANK or WORLD_SIZE is set; 'slurm' inside a multi-task ``srun`` step;
+    else 'none'."""
+    if 'RANK' in environ or 'WORLD_SIZE' in environ:
+        return 'pytorch'
+    try:
+        if int(environ.get('SLURM_STEP_NUM_TASKS', '1')) > 1 and 'SLURM_PROCID' in environ:
+            return 'slurm'
+    except ValueError:
+        pass
+    return 'none'
+
+
+def first_slurm_host(nodelist: str) -> str:
+    """First host of a Slurm node list: ``'node[03-05,9],gpu1'`` → ``'node03'``."""
+    depth, end = 0, len(nodelist)
+    for i, ch in enumerate(nodelist):
+        depth += {'[': 1, ']': -1}.get(ch, 0)
+        if ch == ',' and depth == 0:
+            end = i
+            break
+    first = nodelist[:end].strip()
+    m = re.fullmatch(r'([^\[\]]*)\[([^\]]+)\](.*)', first)
+    if m:
+        start = re.split(r'[-,]', m.group(2))[0]
+        first = f'{m.group(1)}{start}{m.group(3)}'
+    if not first or '[' in first or ']' in first:
+        raise DistEnvError(f'SLURM_NODELIST={nodelist!r} cannot be parsed: set MASTER_ADDR '
+                           'to the host of rank 0')
+    return first
+
+
+def slurm_to_torch(environ: Mapping[str, str]) -> dict:
+    """Map a Slurm task's variables onto torchrun's (RANK, WORLD_SIZE, LOCAL_RANK, ...)."""
+    fix = 'run the command under srun, e.g. srun -N1 -n2 python tools/dist_train.py CONFIG ' \
+          '--launcher slurm (or use tools/slurm_train.sh)'
+    out = {}
+    for src, dst in (('SLURM_PROCID', 'RANK'), ('SLURM_NTASKS', 'WORLD_SIZE'),
+                     ('SLURM_LOCALID', 'LOCAL_RANK')):
+        if environ.get(src, '') == '':
+            raise DistEnvError(f'{src} is not set, but --launcher slurm needs it: {fix}')
+        out[dst] = environ[src]
+    nnodes = environ.get('SLURM_NNODES') or environ.get('SLURM_JOB_NUM_NODES') or '1'
+    world = _int(out, 'WORLD_SIZE', fix) or 1
+    nn = _int({'SLURM_NNODES': nnodes}, 'SLURM_NNODES', fix) or 1
+    out['GROUP_RANK'] = environ.get('SLURM_NODEID', '0')
+    out['GROUP_WORLD_SIZE'] = str(nn)
+    if world % nn == 0:
+        out['LOCAL_WORLD_SIZE'] = str(world // nn)
+    nodelist = environ.get('SLURM_STEP_NODELIST') or environ.get('SLURM_NODELIST')
+    if environ.get('MASTER_ADDR'):
+        out['MASTER_ADDR'] = environ['MASTER_ADDR']
+    elif nodelist:
+        out['MASTER_ADDR'] = first_slurm_host(nodelist)
+    if environ.get('MASTER_PORT'):
+        out['MASTER_PORT'] = environ['MASTER_PORT']
+    elif environ.get('SLURM_JOB_ID', '').isdigit():
+        out['MASTER_PORT'] = str(20000 + int(environ['SLURM_JOB_ID']) % 10000)
+    return out
+
+
+def _local_rank(env: Mapping[str, str], rank: int, world: int,
+                num_gpus: int) -> Tuple[int, int, str]:
+    """(local_rank, local_world_size, source) from LOCAL_RANK or derived from RANK."""
+    fix = 'set it to the index of this process on its node (0 for the first)'
+    local = _int(env, 'LOCAL_RANK', fix)
+    lws = _int(env, 'LOCAL_WORLD_SIZE', 'set it to the number of processes on this node')
+    if lws is not None and lws < 1:
+        raise DistEnvError(f'LOCAL_WORLD_SIZE={lws} must be at least 1')
+    if local is not None:
+        source = 'LOCAL_RANK'
+    elif lws is not None:
+        local, source = rank % lws, f'derived: RANK % LOCAL_WORLD_SIZE = {rank} % {lws}'
+    elif num_gpus > 0:
+        local, source = rank % num_gpus, f'derived: RANK % visible GPUs = {rank} % {num_gpus}'
+        lws = num_gpus
+    else:
+        local, source = rank, 'derived: CPU, no device to pick, LOCAL_RANK = RANK'
+    if lws is None:
+        lws = world if num_gpus == 0 else max(num_gpus, local + 1)
+    if local < 0 or local >= lws:
+        raise DistEnvError(f'LOCAL_RANK={local} is out of range for LOCAL_WORLD_SIZE={lws}: '
+                           f'local ranks on a node are 0..{lws - 1}')
+    return local, lws, source
+
+
+def read_dist_env(environ: Mapping[str, str], launcher: Optional[str] = None,
+                  num_gpus: int = 0) -> DistEnv:
+    """Validate the launcher variables and return where this process sits.
+
+    Args:
+        environ: usually ``os.environ``.
+        launcher: 'none', 'pytorch' or 'slurm'; None detects it (:func:`detect_launcher`).
+        num_gpus: GPUs visible to this process (``torch.cuda.device_count()``; 0 on CPU).
+
+    Raises:
+        DistEnvError: one line naming the variable, its value and the fix.
+    """
+    launcher = launcher or detect_launcher(environ)
+    if launcher == 'none':
+        return DistEnv()
+    if launcher not in ('pytorch', 'slurm'):
+        raise DistEnvError(f'launcher={launcher!r} is not one of none, pytorch, slurm')
+    env = dict(environ)
+    if launcher == 'slurm':
+        env.update(slurm_to_torch(environ))
+    return _read_torch_vars(env, launcher, num_gpus)
+
+
+def _read_torch_vars(env: Mapping[str, str], launcher: str, num_gpus: int) -> DistEnv:
+    rank = _int(env, 'RANK', 'set RANK to the global rank of this process (0 for the first)')
+    world = _int(env, 'WORLD_SIZE', 'set WORLD_SIZE to the total number of processes')
+    if rank is None and world is None:
+        raise DistEnvError('--launcher pytorch, but RANK and WORLD_SIZE are not set: start with '
+                           'torchrun --nproc_per_node=N tools/dist_train.py CONFIG, or set RANK, '
+                           'WORLD_SIZE, MASTER_ADDR and MASTER_PORT for each process')
+    if rank is None:
+        raise DistEnvError(f'RANK is not set but WORLD_SIZE={world}: give each process its '
+                           f'global rank (0..{max(world - 1, 0)}) in RANK, or launch with '
+                           'torchrun, which sets it')
+    if world is None:
+        raise DistEnvError(f'WORLD_SIZE is not set but RANK={rank}: set WORLD_SIZE to the total '
+                           'number of processes (nnodes × processes per node)')
+    if world < 1:
+        raise DistEnvError(f'WORLD_SIZE={world} must be at least 1')
+    if not 0 <= rank < world:
+        raise DistEnvError(f'RANK={rank} is out of range for WORLD_SIZE={world}: ranks are '
+                           f'0..{world - 1}')
+    local, lws, source = _local_rank(env, rank, world, num_gpus)
+    if num_gpus > 0 and local >= num_gpus:
+        raise DistEnvError(
+            f'LOCAL_RANK={local} but only {num_gpus} GPU(s) are visible to this process '
+            f'(CUDA_VISIBLE_DEVICES={env.get("CUDA_VISIBLE_DEVICES")!r}): start at most '
+            f'{num_gpus} processes per node (--nproc_per_node={num_gpus}) or make more GPUs '
+            'visible')
+    node_rank = _int(env, 'GROUP_RANK', 'torchrun sets it to the node rank')
+    if node_rank is None:
+        node_rank = _int(env, 'NODE_RANK', 'set NODE_RANK to the index of this node')
+    if node_rank is None:
+        node_rank = rank // lws
+    nnodes = _int(env, 'GROUP_WORLD_SIZE', 'torchrun sets it to the number of nodes')
+    if nnodes is None:
+        nnodes = _int(env, 'NNODES', 'set NNODES to the number of nodes')
+    if nnodes is None:
+        nnodes = max(1, -(-world // lws))
+    addr, port = _master(env)
+    warnings = []
+    if nnodes > 1 and addr.startswith(LOOPBACK):
+        warnings.append(f'MASTER_ADDR={addr} is a loopback address but the job has {nnodes} '
+                        'nodes: other hosts cannot reach it. Set MASTER_ADDR to the address '
+                        'of the host of rank 0 (fine only if all "nodes" are this machine)')
+    return DistEnv(launcher=launcher, rank=rank, local_rank=local, world_size=world,
+                   local_world_size=lws, node_rank=node_rank, nnodes=nnodes, master_addr=addr,
+                   master_port=port, local_rank_source=source,
+                   under_torchrun='TORCHELASTIC_RUN_ID' in env, warnings=tuple(warnings))
+
+
+def _master(env: Mapping[str, str]) -> Tuple[str, int]:
+    addr = env.get('MASTER_ADDR', '')
+    if not addr:
+        raise DistEnvError('MASTER_ADDR is not set: set it to the address of the host of rank 0 '
+                           '(127.0.0.1 when all processes run on this machine)')
+    raw = env.get('MASTER_PORT', '')
+    if not raw:
+        raise DistEnvError('MASTER_PORT is not set: choose a free TCP port on the host of '
+                           'rank 0, the same for every process, e.g. MASTER_PORT=29500')
+    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+        raise DistEnvError(f'MASTER_PORT={raw!r} is not a TCP port number (1-65535): e.g. '
+                           'MASTER_PORT=29500')
+    return addr, int(raw)
+
+
+def choose_backend(requested: Optional[str], cuda_available: bool) -> Tuple[str, Optional[str]]:
+    """The process-group backend: nccl with CUDA, gloo without; a config's request wins unless
+    it asks for nccl where there is no GPU (MMPose's base configs always say nccl).
+
+    Returns:
+        (backend, warning or None).
+    """
+    if requested is None:
+        return ('nccl' if cuda_available else 'gloo'), None
+    if requested == 'nccl' and not cuda_available:
+        return 'gloo', ("env_cfg.dist_cfg.backend='nccl' needs CUDA GPUs and none is "
+                        "available: using 'gloo'")
+    return requested, None

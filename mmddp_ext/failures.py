@@ -1,0 +1,63 @@
+"""Per-rank failure records: ``<work_dir>/failures/rank{R}.json`` (+ ``.traceback.txt``).
+
+Written by the training entry when a rank raises, read by :mod:`mmddp_ext.diagnose`. The JSON
+is written to a temporary file and renamed, so a reader never sees half a record.
+"""
+import glob
+import json
+import os
+import os.path as osp
+import socket
+import time
+import traceback
+from typing import Any, Dict, List, Optional
+
+FAILURE_DIR = 'failures'
+
+
+def failure_dir(work_dir: str) -> str:
+    """Where the failure records of ``work_dir`` go."""
+    return osp.join(work_dir, FAILURE_DIR)
+
+
+def clear_failure(work_dir: str, rank: int) -> None:
+    """Remove this rank's record of an earlier run, so a diagnosis never shows stale news."""
+    for suffix in ('.json', '.traceback.txt'):
+        try:
+            os.remove(osp.join(failure_dir(work_dir), f'rank{rank}{suffix}'))
+        except FileNotFoundError:
+            pass
+
+
+def record_failure(work_dir: str, rank: int, exc: BaseException,
+                   extra: Optional[Dict[str, Any]] = None) -> str:
+    """Write this rank's failure record; returns the JSON path. Never raises."""
+    try:
+        out = failure_dir(work_dir)
+        os.makedirs(out, exist_ok=True)
+        tb_path = osp.join(out, f'rank{rank}.traceback.txt')
+        with open(tb_path, 'w') as f:
+            f.write(''.join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        record = dict(rank=rank, host=socket.gethostname(), pid=os.getpid(), time=time.time(),
+                      exc_type=type(exc).__name__, message=str(exc).strip(),
+                      traceback_file=osp.abspath(tb_path))
+        record.update(extra or {})
+        path = osp.join(out, f'rank{rank}.json')
+        with open(path + '.tmp', 'w') as f:
+            json.dump(record, f, indent=1, default=str)
+        os.replace(path + '.tmp', path)
+        return path
+    except Exception:  # a failure report must not hide the failure itself
+        return ''
+
+
+def read_failures(work_dir: str) -> List[Dict[str, Any]]:
+    """All failure records of ``work_dir``, earliest first."""
+    records = []
+    for path in glob.glob(osp.join(failure_dir(work_dir), 'rank*.json')):
+        try:
+            with open(path) as f:
+                records.append(json.load(f))
+        except (OSError, ValueError):
+            continue
+    return sorted(records, key=lambda r: (r.get('time', 0), r.get('rank', 0)))

@@ -1,0 +1,157 @@
+"""The training entry behind ``tools/dist_train.py`` (arguments, launch, config, runner).
+
+Kept in the package so that ``tools/`` stays a thin shell and ``mmddp_ext.launch`` can run the
+same function in its workers. See ``tools/dist_train.py`` for the command-line documentation.
+"""
+import argparse
+import gc
+import os
+import os.path as osp
+import sys
+from typing import List, Optional
+
+from mmengine.config import Config, DictAction
+from torch.distributed.elastic.multiprocessing.errors import get_error_handler, record
+
+from .dist.env import DistEnv, read_dist_env
+from .dist.launch import init_distributed, pin_device, shutdown
+from .errors import UserError
+from .failures import clear_failure, record_failure
+from .utils.config import load_config
+
+DDP_TYPES = ('MMDistributedDataParallel', 'DistributedDataParallel')
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The flags of MMPose's ``tools/train.py``, plus ours."""
+    p = argparse.ArgumentParser(
+        prog='dist_train.py',
+        description='Train an MMEngine config (MMPose, MMDetection, ...) on 1..N processes.')
+    p.add_argument('config', help='config file path, or pkg::path of an installed package')
+    p.add_argument('--work-dir', '--work_dir', help='where logs and checkpoints go')
+    p.add_argument('--resume', nargs='?', const='auto', default=None, metavar='CHECKPOINT',
+                   help='resume from CHECKPOINT, or (no value) from the latest one in work_dir')
+    p.add_argument('--amp', action='store_true', help='mixed precision (AmpOptimWrapper)')
+    p.add_argument('--auto-scale-lr', '--auto_scale_lr', action='store_true',
+                   help='scale the LR by the batch size (auto_scale_lr.enable=True)')
+    p.add_argument('--cfg-options', '--cfg_options', nargs='+', action=DictAction,
+                   help='override config keys, e.g. train_cfg.max_epochs=2')
+    p.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default=None,
+                   help='job launcher (default: pytorch when RANK/WORLD_SIZE are set, slurm '
+                   'inside a multi-task srun step, else none)')
+    p.add_argument('--local-rank', '--local_rank', type=int, default=None,
+                   help='accepted for torch.distributed.launch compatibility; LOCAL_RANK wins')
+    return p
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    """Parse ``dist_train.py`` arguments."""
+    args = build_parser().parse_args(argv)
+    if args.local_rank is not None and 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    return args
+
+
+def default_work_dir(args: argparse.Namespace) -> str:
+    """``--work-dir``, else ``./work_dirs/<config name>`` (MMPose's rule)."""
+    if args.work_dir:
+        return args.work_dir
+    return osp.join('./work_dirs', osp.splitext(osp.basename(args.config.split('::')[-1]))[0])
+
+
+def ddp_wrapper_cfg(cfg: Config, cuda: bool, local_rank: int) -> dict:
+    """The DDP wrapper config: lean defaults under the config's own ``model_wrapper_cfg``.
+
+    ``gradient_as_bucket_view=True`` (gradients live in DDP's buckets, not in a second copy),
+    ``device_ids=None`` on CPU (MMEngine's ``[LOCAL_RANK]`` is rejected there), and MMEngine's
+    own ``broadcast_buffers=False`` / ``find_unused_parameters``.
+    """
+    own = dict(cfg.get('model_wrapper_cfg') or {})
+    if own.get('type', 'MMDistributedDataParallel') not in DDP_TYPES:
+        return own  # FSDP, DeepSpeed, ...: not ours to change
+    wrapper = dict(type='MMDistributedDataParallel', broadcast_buffers=False,
+                   find_unused_parameters=cfg.get('find_unused_parameters', False),
+                   gradient_as_bucket_view=True, device_ids=[local_rank] if cuda else None)
+    wrapper.update(own)
+    return wrapper
+
+
+def build_config(args: argparse.Namespace, env: Optional[DistEnv] = None) -> Config:
+    """Load the config and apply the command-line switches, as MMPose's train.py does."""
+    import torch
+    env = env or DistEnv()
+    cfg = load_config(args.config, args.cfg_options)
+    cfg.launcher = env.launcher
+    cfg.work_dir = args.work_dir or cfg.get('work_dir') or default_work_dir(args)
+    if args.resume == 'auto':
+        cfg.resume, cfg.load_from = True, None
+    elif args.resume is not None:
+        cfg.resume, cfg.load_from = True, args.resume
+    if args.amp:
+        cfg.optim_wrapper.type = 'AmpOptimWrapper'
+        cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+    if args.auto_scale_lr:
+        cfg.setdefault('auto_scale_lr', {})
+        cfg.auto_scale_lr.enable = True
+    if env.distributed:
+        cfg.model_wrapper_cfg = ddp_wrapper_cfg(cfg, torch.cuda.is_available(), env.local_rank)
+    return cfg
+
+
+def build_runner(cfg: Config):
+    """``RUNNERS.build`` when the config names a ``runner_type`` (MMPose ignores it), else the
+    stock ``Runner.from_cfg``."""
+    from mmengine.registry import RUNNERS
+    from mmengine.runner import Runner
+    if 'runner_type' in cfg:
+        return RUNNERS.build(cfg)
+    return Runner.from_cfg(cfg)
+
+
+def _visible_gpus() -> int:
+    import torch
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _train(args: argparse.Namespace, env: DistEnv) -> None:
+    from mmengine.logging import print_log
+    work_dir = default_work_dir(args)
+    runner = None
+    try:
+        cfg = build_config(args, env)
+        work_dir = cfg.work_dir
+        clear_failure(work_dir, env.rank)
+        notes = [env.describe(), *env.warnings]
+        if env.distributed:
+            dist_cfg = cfg.get('env_cfg', {}).get('dist_cfg', {})
+            backend, warning = init_distributed(env, dist_cfg.get('backend'),
+                                                dist_cfg.get('timeout'))
+            notes += [f'process group: {backend}'] + ([warning] if warning else [])
+        runner = build_runner(cfg)
+        for note in notes:
+            print_log(f'[mmddp_ext] {note}', logger='current')
+        runner.train()
+    except BaseException as e:
+        record_failure(work_dir, env.rank, e)
+        raise
+    # Clean exit: barrier -> destroy the process group -> drop the DDP model -> collect, so
+    # gloo does not abort at interpreter exit ("terminate called without an active exception").
+    shutdown()
+    del runner
+    gc.collect()
+
+
+@record
+def main(argv: Optional[List[str]] = None) -> int:
+    """Train; returns the process exit code (1 with a one-line message for user mistakes)."""
+    args = parse_args(argv)
+    try:
+        env = read_dist_env(os.environ, args.launcher, num_gpus=_visible_gpus())
+        if env.distributed:
+            pin_device(env.local_rank)  # before any CUDA work
+        _train(args, env)
+    except UserError as e:
+        print(f'[mmddp_ext] error: {e}', file=sys.stderr, flush=True)
+        get_error_handler().record_exception(e)  # torchrun's summary shows the same line
+        return 1
+    return 0

@@ -1,0 +1,65 @@
+"""Config helpers: the ``mmddp_ext::`` scope and ``pkg::path`` config arguments.
+
+MMEngine resolves ``pkg::path`` (in ``_base_`` lists) only for packages in its hard-coded
+``MODULE2PACKAGE`` table, and it parses ``_base_`` *before* ``custom_imports`` run. So
+``_base_ = ['mmddp_ext::_base_/ddp_runtime.py']`` works whenever ``mmddp_ext`` was imported
+before the config is parsed, which our tools guarantee. Other entry points (for example MMPose's
+own ``tools/train.py``) can inherit our base config by a relative path instead.
+"""
+import os.path as osp
+from typing import Optional
+
+from mmengine.config import Config, DictAction  # noqa: F401  (DictAction re-exported for tools)
+from mmengine.config.utils import (MODULE2PACKAGE, _get_external_cfg_base_path,
+                                   _get_package_and_cfg_path)
+from mmengine.utils import get_installed_path
+
+from ..errors import ConfigFileNotFound
+
+SCOPE = 'mmddp_ext'
+
+
+def register_config_scope() -> None:
+    """Add ``mmddp_ext`` to MMEngine's ``MODULE2PACKAGE`` so ``mmddp_ext::`` paths resolve.
+
+    Idempotent; this is the only thing importing ``mmddp_ext`` changes in MMEngine's config
+    machinery.
+    """
+    MODULE2PACKAGE.setdefault(SCOPE, SCOPE)
+
+
+def resolve_config_path(path: str) -> str:
+    """Turn a config argument into a file path.
+
+    Accepts a file path or ``pkg::relative/path.py`` for an installed OpenMMLab package
+    (``mmpose::``, ``mmdet::``, ``mmddp_ext::``...), which ``Config.fromfile`` does not accept
+    by itself.
+
+    Raises:
+        ConfigFileNotFound: naming the path and, for ``pkg::`` paths, where it was looked for.
+    """
+    if '::' not in path:
+        if not osp.isfile(path):
+            raise ConfigFileNotFound(f'config file {path!r} does not exist '
+                                    f'(working directory: {osp.abspath(".")})')
+        return path
+    register_config_scope()
+    scope = path.partition('::')[0]
+    if scope not in MODULE2PACKAGE:
+        raise ConfigFileNotFound(f'config {path!r}: unknown package {scope!r}; known: '
+                                 f'{", ".join(sorted(MODULE2PACKAGE))}')
+    package, rel = _get_package_and_cfg_path(path)
+    try:
+        return _get_external_cfg_base_path(get_installed_path(package), rel)
+    except FileNotFoundError as e:
+        raise ConfigFileNotFound(
+            f'config {path!r} not found: {package} has no .mim/configs/{rel} '
+            f'(is {package} installed?)') from e
+
+
+def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
+    """Load a config from a path or ``pkg::path`` and merge ``--cfg-options``."""
+    cfg = Config.fromfile(resolve_config_path(path))
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    return cfg

@@ -1,0 +1,87 @@
+"""Shared fixtures: the repository root, a small demo dataset, and a subprocess runner."""
+import os
+import os.path as osp
+import subprocess
+import sys
+from typing import Dict, List, Optional
+
+import pytest
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+DEMO_CONFIG = osp.join(ROOT, 'configs', 'demo', 'td-hm_res18_1xb32-30e_demo-64x64.py')
+
+
+@pytest.fixture(scope='session')
+def demo_data(tmp_path_factory) -> str:
+    """A small demo dataset (64 train / 16 val images), shared by the training tests."""
+    from mmddp_ext.demo_data import make_demo_dataset
+    out = str(tmp_path_factory.mktemp('demo_coco'))
+    make_demo_dataset(out, num_train=64, num_val=16, size=96, seed=0)
+    return out
+
+
+def demo_options(data_root: str, max_epochs: int = 2, **extra: str) -> List[str]:
+    """``--cfg-options`` that point the demo config at ``data_root`` and shorten it."""
+    root = data_root.rstrip('/') + '/'
+    opts = {
+        'train_dataloader.dataset.data_root': root,
+        'val_dataloader.dataset.data_root': root,
+        'test_dataloader.dataset.data_root': root,
+        'val_evaluator.ann_file': root + 'annotations/val.json',
+        'test_evaluator.ann_file': root + 'annotations/val.json',
+        'train_cfg.max_epochs': str(max_epochs),
+        'train_cfg.val_interval': str(max_epochs),
+        'default_hooks.checkpoint.interval': '1',
+        'default_hooks.checkpoint.max_keep_ckpts': '-1',
+        'default_hooks.logger.interval': '1',
+        'train_dataloader.num_workers': '0',
+        'train_dataloader.persistent_workers': 'False',
+        'val_dataloader.num_workers': '0',
+        'val_dataloader.persistent_workers': 'False',
+        'test_dataloader.num_workers': '0',
+        'test_dataloader.persistent_workers': 'False',
+    }
+    opts.update(extra)
+    return ['--cfg-options'] + [f'{k}={v}' for k, v in opts.items()]
+
+
+def run(cmd: List[str], timeout: float = 600, env: Optional[Dict[str, str]] = None,
+        cwd: str = ROOT) -> subprocess.CompletedProcess:
+    """Run a command to completion; output captured as text (stdout + stderr merged)."""
+    full_env = dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='1',
+                    PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    full_env.update(env or {})
+    return subprocess.run(cmd, cwd=cwd, env=full_env, timeout=timeout, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def check_ok(proc: subprocess.CompletedProcess) -> str:
+    """Assert a zero exit; on failure show the tail of the output."""
+    assert proc.returncode == 0, f'exit {proc.returncode}; output tail:\n{proc.stdout[-6000:]}'
+    return proc.stdout
+
+
+PYTHON = sys.executable
+
+
+def recording_config(tmp_path, record_dir: str) -> str:
+    """The demo config plus :class:`RankRecordHook` writing to ``record_dir``."""
+    path = osp.join(str(tmp_path), 'demo_recorded.py')
+    with open(path, 'w') as f:
+        f.write(f"_base_ = [{DEMO_CONFIG!r}]\n"
+                "custom_imports = dict(imports=['mmddp_ext', 'tests.helpers.rank_record_hook'], "
+                "allow_failed_imports=False)\n"
+                f"custom_hooks = [dict(type='SyncBuffersHook'), "
+                f"dict(type='RankRecordHook', out_dir={record_dir!r})]\n")
+    return path
+
+
+def read_records(record_dir: str) -> dict:
+    """``{rank: record}`` written by RankRecordHook."""
+    import glob
+    import json
+    out = {}
+    for p in glob.glob(osp.join(record_dir, 'rank*.json')):
+        rec = json.load(open(p))
+        out[rec['dist_rank']] = rec
+    return out

@@ -1,0 +1,142 @@
+"""Tests for :mod:`mmddp_ext.scaling.config`: parsing and validating the ``scaling`` block."""
+import ast
+import os.path as osp
+import re
+from collections import OrderedDict
+
+import pytest
+
+from mmddp_ext.scaling.config import SCALING_KEYS, ScalingConfig, parse_scaling
+
+SCALING_DIR = osp.join(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))),
+                       'mmddp_ext', 'scaling')
+
+
+@pytest.mark.parametrize('block', [None, {}, OrderedDict()])
+def test_empty_block_gives_defaults(block):
+    cfg = parse_scaling(block)
+    assert cfg == ScalingConfig()
+    assert (cfg.global_batch_size, cfg.max_batch_per_device, cfg.base_batch_size) == (
+        None, None, None)
+    assert (cfg.lr_rule, cfg.schedule) == ('linear', 'keep_samples')
+
+
+@pytest.mark.parametrize('block, expected', [
+    (dict(global_batch_size=512, max_batch_per_device=64, base_batch_size=256, lr_rule='sqrt',
+          schedule='keep_iters'),
+     ScalingConfig(512, 64, 256, 'sqrt', 'keep_iters')),
+    (dict(max_batch_per_device='auto'), ScalingConfig(max_batch_per_device='auto')),
+    (dict(lr_rule='none', global_batch_size=1), ScalingConfig(global_batch_size=1,
+                                                              lr_rule='none')),
+    (dict(global_batch_size=None), ScalingConfig()),
+])
+def test_valid_block(block, expected):
+    assert parse_scaling(block) == expected
+
+
+def test_accepts_dict_subclass():
+    class ConfigDictLike(dict):
+        pass
+
+    cfg = parse_scaling(ConfigDictLike(global_batch_size=128))
+    assert cfg.global_batch_size == 128
+
+
+def test_result_is_frozen():
+    cfg = parse_scaling(dict(global_batch_size=8))
+    with pytest.raises(Exception):
+        cfg.global_batch_size = 16  # type: ignore[misc]
+
+
+@pytest.mark.parametrize('key, suggestion', [
+    ('global_batch', 'global_batch_size'),
+    ('max_batch_per_gpu', 'max_batch_per_device'),
+    ('lr_rules', 'lr_rule'),
+    ('schedul', 'schedule'),
+])
+def test_unknown_key_did_you_mean(key, suggestion):
+    with pytest.raises(ValueError) as info:
+        parse_scaling({key: 1})
+    msg = str(info.value)
+    assert f'unknown key scaling.{key}' in msg
+    assert f'did you mean {suggestion!r}?' in msg
+    assert 'Valid keys: ' + ', '.join(SCALING_KEYS) in msg
+
+
+def test_unknown_key_without_close_match_lists_valid_keys():
+    with pytest.raises(ValueError, match=r"unknown key scaling\.zzz 'zzz'\. Valid keys: "
+                                         r'global_batch_size') as info:
+        parse_scaling(dict(zzz=1))
+    assert 'did you mean' not in str(info.value)
+
+
+SIZE_KEYS = ('global_batch_size', 'max_batch_per_device', 'base_batch_size')
+BAD_SIZES = [0, -1, 2.5, 64.0, True, False, '64', [64]]
+
+
+@pytest.mark.parametrize('key', SIZE_KEYS)
+@pytest.mark.parametrize('value', BAD_SIZES)
+def test_bad_size_names_key_and_value(key, value):
+    with pytest.raises(ValueError, match=re.escape(f'scaling.{key}={value!r}')) as info:
+        parse_scaling({key: value})
+    assert 'must be a positive int' in str(info.value)
+
+
+@pytest.mark.parametrize('value, fix', [
+    (64.0, 'use 64 (scaling.global_batch_size=64'),
+    ('64', 'use 64 (scaling.global_batch_size=64'),
+    (2.5, 'e.g. scaling.global_batch_size=64'),
+])
+def test_bad_size_suggests_fix(value, fix):
+    with pytest.raises(ValueError, match=re.escape(fix)):
+        parse_scaling(dict(global_batch_size=value))
+
+
+@pytest.mark.parametrize('value', ['Auto', 'max', ''])
+def test_max_batch_per_device_only_accepts_auto_string(value):
+    with pytest.raises(ValueError, match=re.escape(
+            f"scaling.max_batch_per_device={value!r} (str) must be a positive int or 'auto'")):
+        parse_scaling(dict(max_batch_per_device=value))
+
+
+@pytest.mark.parametrize('key, value, allowed', [
+    ('lr_rule', 'cubic', "'linear', 'sqrt', 'none'"),
+    ('lr_rule', None, "'linear', 'sqrt', 'none'"),
+    ('lr_rule', 1, "'linear', 'sqrt', 'none'"),
+    ('schedule', 'x', "'keep_samples', 'keep_iters'"),
+    ('schedule', 'keep_iter', "'keep_samples', 'keep_iters'"),
+])
+def test_bad_choice_lists_allowed(key, value, allowed):
+    with pytest.raises(ValueError, match=re.escape(f'scaling.{key}={value!r}')) as info:
+        parse_scaling({key: value})
+    assert allowed in str(info.value)
+
+
+def test_bad_choice_did_you_mean():
+    with pytest.raises(ValueError, match=r"did you mean 'keep_iters'\?"):
+        parse_scaling(dict(schedule='keep_iter'))
+
+
+def test_direct_construction_is_validated():
+    with pytest.raises(ValueError, match=r'scaling\.base_batch_size=0'):
+        ScalingConfig(base_batch_size=0)
+
+
+@pytest.mark.parametrize('block', [[('global_batch_size', 8)], 'global_batch_size=8', 8])
+def test_non_mapping_block(block):
+    with pytest.raises(ValueError, match=re.escape(f'scaling={block!r}')):
+        parse_scaling(block)
+
+
+@pytest.mark.parametrize('module', ['__init__.py', 'config.py', 'plan.py'])
+def test_pure_stdlib_imports(module):
+    with open(osp.join(SCALING_DIR, module), encoding='utf-8') as f:
+        tree = ast.parse(f.read())
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split('.')[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            roots.add(node.module.split('.')[0])
+    allowed = {'dataclasses', 'math', 'difflib', 're', 'typing', 'itertools'}
+    assert roots <= allowed, roots - allowed

@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# Install the OpenMMLab stack mmddp_ext needs into the *active* Python environment.
+#
+#   bash tools/install.sh               # stack + mmddp_ext (editable)
+#   bash tools/install.sh --with-tests  # ... plus the test requirements
+#
+# Steps (each announced; each skipped when already satisfied, so a second run takes seconds):
+#   1. torch + matching torchvision, only when torch is missing (an installed torch is kept)
+#   2. build tools (setuptools<82: mmengine 0.10.7 still imports pkg_resources)
+#   3. runtime dependencies of the stack
+#   4. mmengine 0.10.7
+#   5. mmcv 2.1.0 with compiled ops, built from source once and cached outside the repository
+#      (key: python + torch + CUDA version + ops kind). CPU ops unless a GPU is visible and nvcc
+#      exists (mmcv's own rule); FORCE_CUDA=1 / FORCE_CUDA=0 override it.
+#   6. xtcocotools built against the installed numpy
+#   7. mmpose 1.3.2 and mmdet 3.3.0 without their declared deps (mmpose's chumpy does not build)
+#   8. mmddp_ext itself (pip install -e .)
+#   9. one import of the whole stack, so a broken pairing fails here and not in training
+#
+# Environment: PYTHON (default: python), MMDDP_EXT_CACHE (default: ~/.cache/mmddp_ext),
+# TORCH_SPEC (default: "torch==2.14.1 torchvision==0.29.1").
+# A failing step stops the script with the step's name and the tail of its output.
+set -euo pipefail
+
+PYTHON=${PYTHON:-python}
+PIP=("$PYTHON" -m pip --disable-pip-version-check)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${MMDDP_EXT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mmddp_ext}
+TORCH_SPEC=${TORCH_SPEC:-"torch==2.14.1 torchvision==0.29.1"}
+WITH_TESTS=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-tests) WITH_TESTS=1 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    *) echo "install.sh: unknown argument '$arg' (expected --with-tests)" >&2; exit 2 ;;
+  esac
+done
+
+LOG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/mmddp_ext_install.XXXXXX")
+TOTAL=$((9 + WITH_TESTS))
+N=0
+exec 3>&1  # step bodies print their decisions on fd 3; everything else goes to the step's log
+
+say() { echo "    $*" >&3; }
+
+step() {  # step NAME FUNCTION
+  N=$((N + 1))
+  local log="$LOG_DIR/$N.log" t0=$SECONDS
+  echo "[install $N/$TOTAL] $1"
+  # Not `if ! "$2"`: bash ignores `set -e` inside a function called as a condition.
+  local rc
+  set +e
+  ( set -e; "$2" ) >"$log" 2>&1
+  rc=$?
+  set -e
+  if [ "$rc" != 0 ]; then
+    echo "[install] step $N/$TOTAL '$1' FAILED. Last 40 lines of its output:" >&2
+    tail -n 40 "$log" >&2
+    echo "[install] full log: $log" >&2
+    exit 1
+  fi
+  echo "    done in $((SECONDS - t0)) s"
+}
+
+py() { "$PYTHON" -c "$@"; }
+
+dist_version() {  # dist_version NAME -> installed version or nothing (fast: no import)
+  py "import importlib.metadata as m
+try: print(m.version('$1'))
+except m.PackageNotFoundError: pass"
+}
+
+torch_step() {
+  if [ -n "$(dist_version torch)" ]; then
+    say "keeping installed torch $(dist_version torch)"
+    if [ -z "$(dist_version torchvision)" ]; then
+      # torchvision 0.(m+15) pairs with torch 2.m
+      local tv
+      tv=$(py 'import torch; m = int(torch.__version__.split(".")[1]); print(f"0.{m + 15}.*")')
+      say "torchvision missing: installing torchvision==$tv for it"
+      "${PIP[@]}" install "torchvision==$tv" "torch==$(py 'import torch; print(torch.__version__.split("+")[0])')"
+    fi
+  else
+    say "no torch: installing $TORCH_SPEC (a few minutes)"
+    # shellcheck disable=SC2086
+    "${PIP[@]}" install $TORCH_SPEC
+  fi
+}
+
+build_tools_step() { "${PIP[@]}" install -r "$ROOT/requirements/build.txt"; }
+
+stack_deps_step() {
+  "${PIP[@]}" install -r "$ROOT/requirements/stack.txt" -r "$ROOT/requirements/runtime.txt"
+  if ! py 'import cv2' 2>/dev/null && command -v apt-get >/dev/null; then
+    say "OpenCV cannot load its system libraries: installing libgl1 libglib2.0-0"
+    apt-get update && apt-get install -y --no-install-recommends libgl1 libglib2.0-0
+  fi
+  py 'import cv2'
+}
+
+mmengine_step() { "${PIP[@]}" install mmengine==0.10.7; }
+
+mmcv_ok() {
+  py 'import mmcv, mmcv._ext; assert mmcv.__version__ == "2.1.0", mmcv.__version__' 2>/dev/null
+}
+
+mmcv_step() {
+  if mmcv_ok; then say "mmcv 2.1.0 with compiled ops already installed"; return; fi
+  local force_cuda=${FORCE_CUDA:-}
+  if [ -z "$force_cuda" ]; then
+    force_cuda=0
+    if command -v nvcc >/dev/null && py 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+      force_cuda=1
+    fi
+  fi
+  local key dir wheel
+  key=$(py "import sys, torch; print(f'py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}-cuda{torch.version.cuda}')")
+  key="$key-$([ "$force_cuda" = 1 ] && echo cudaops || echo cpuops)"
+  dir="$CACHE/mmcv-2.1.0/$key"
+  wheel=$(ls "$dir"/mmcv-2.1.0-*.whl 2>/dev/null | head -n 1 || true)
+  if [ -z "$wheel" ]; then
+    build_mmcv "$force_cuda" "$dir"
+    wheel=$(ls "$dir"/mmcv-2.1.0-*.whl | head -n 1)
+  else
+    say "using cached wheel $wheel"
+  fi
+  "${PIP[@]}" install --no-deps --force-reinstall "$wheel"
+  py 'import mmcv, mmcv._ext; from mmcv.ops import nms; print("mmcv", mmcv.__version__, "ops ok")'
+}
+
+build_mmcv() {  # build_mmcv FORCE_CUDA OUT_DIR
+  local src
+  src=$(mktemp -d "${TMPDIR:-/tmp}/mmcv_src.XXXXXX")
+  say "building mmcv 2.1.0 from source ($([ "$1" = 1 ] && echo CUDA || echo CPU) ops):" \
+      "about 10-15 min on 2 cores, once; the wheel is cached in $2"
+  "${PIP[@]}" download --no-deps --no-binary mmcv --no-build-isolation -d "$src" mmcv==2.1.0
+  tar -xzf "$src"/mmcv-2.1.0.tar.gz -C "$src"
+  local inc
+  inc=$(py 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "include"))')
+  if grep -rqs "C++20 or later compatible compiler is required" "$inc/c10/macros" "$inc/ATen"; then
+    say "torch $(py 'import torch; print(torch.__version__)') needs C++20: patching mmcv's -std=c++17"
+    grep -q -- '-std=c++17' "$src/mmcv-2.1.0/setup.py"
+    sed -i 's/-std=c++17/-std=c++20/g' "$src/mmcv-2.1.0/setup.py"
+  fi
+  mkdir -p "$2"
+  local t_build=$SECONDS ticker rc=0
+  ( while sleep 60; do
+      say "... still compiling mmcv ($(( (SECONDS - t_build) / 60 )) min so far)"
+    done ) &
+  ticker=$!
+  set +e
+  MMCV_WITH_OPS=1 FORCE_CUDA="$1" MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
+    "${PIP[@]}" wheel --no-deps --no-build-isolation --no-cache-dir -w "$2" "$src/mmcv-2.1.0"
+  rc=$?
+  set -e
+  kill "$ticker" 2>/dev/null || true
+  rm -rf "$src"
+  return $rc
+}
+
+xtcocotools_step() {
+  if py 'import xtcocotools.coco, xtcocotools._mask' 2>/dev/null; then
+    say "xtcocotools already works with numpy $(py 'import numpy; print(numpy.__version__)')"
+    return
+  fi
+  "${PIP[@]}" uninstall -y xtcocotools || true
+  "${PIP[@]}" install --no-deps --no-build-isolation --no-binary xtcocotools --no-cache-dir \
+    xtcocotools==1.14.3
+  py 'import xtcocotools.coco, xtcocotools._mask'
+}
+
+openmmlab_step() {
+  if [ "$(dist_version mmpose)" = 1.3.2 ] && [ "$(dist_version mmdet)" = 3.3.0 ]; then
+    say "mmpose 1.3.2 and mmdet 3.3.0 already installed"
+    return
+  fi
+  "${PIP[@]}" install --no-deps mmpose==1.3.2 mmdet==3.3.0
+}
+
+self_step() {
+  if [ -e "$ROOT/mmddp_ext/.mim/configs" ] && [ -n "$(dist_version mmddp_ext)" ] && py "
+import os, mmddp_ext
+assert os.path.samefile(os.path.dirname(mmddp_ext.__file__), '$ROOT/mmddp_ext')" 2>/dev/null
+  then
+    say "mmddp_ext already installed from $ROOT"
+    return
+  fi
+  "${PIP[@]}" install --no-deps --no-build-isolation -e "$ROOT"
+}
+
+verify_step() {  # one import of everything: catches a broken torch/torchvision/mmcv pairing
+  py 'import torch, torchvision.ops, mmcv._ext, mmengine, xtcocotools.coco
+import mmpose.models, mmdet.models, mmddp_ext
+print("torch", torch.__version__, "torchvision", torchvision.__version__, "mmcv", mmcv.__version__,
+      "mmpose", mmpose.__version__, "mmdet", mmdet.__version__, "mmddp_ext", mmddp_ext.__version__)' >&3
+}
+
+tests_step() { "${PIP[@]}" install -r "$ROOT/requirements/tests.txt"; }
+
+t_all=$SECONDS
+echo "[install] python: $(command -v "$PYTHON") ($("$PYTHON" --version 2>&1)); logs in $LOG_DIR"
+step "torch + torchvision" torch_step
+step "build tools (setuptools<82, wheel, ninja, cython)" build_tools_step
+step "runtime dependencies of the stack" stack_deps_step
+step "mmengine 0.10.7" mmengine_step
+step "mmcv 2.1.0 with compiled ops" mmcv_step
+step "xtcocotools (against the installed numpy)" xtcocotools_step
+step "mmpose 1.3.2 + mmdet 3.3.0 (--no-deps)" openmmlab_step
+step "mmddp_ext (editable)" self_step
+step "check that the stack imports" verify_step
+[ "$WITH_TESTS" = 1 ] && step "test requirements" tests_step
+echo "[install] all done in $((SECONDS - t_all)) s"
