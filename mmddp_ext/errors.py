@@ -7,3 +7,7 @@ class UserError(Exception):
 
 class ConfigFileNotFound(UserError, FileNotFoundError):
     """The config argument names no file."""
+
+
+class ScalingError(UserError, ValueError):
+    """The ``scaling`` block, or the plan it leads to, is invalid for this run."""

@@ -15,12 +15,10 @@ from torch.distributed.elastic.multiprocessing.errors import get_error_handler, 
 
 from .dist.env import DistEnv, read_dist_env
 from .dist.launch import init_distributed, pin_device, shutdown
+from .dist.wrapper import ddp_wrapper_cfg
 from .errors import UserError
 from .failures import clear_failure, record_failure
 from .utils.config import load_config
-
-DDP_TYPES = ('MMDistributedDataParallel', 'DistributedDataParallel')
-
 
 def build_parser() -> argparse.ArgumentParser:
     """The flags of MMPose's ``tools/train.py``, plus ours."""
@@ -41,6 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
                    'inside a multi-task srun step, else none)')
     p.add_argument('--local-rank', '--local_rank', type=int, default=None,
                    help='accepted for torch.distributed.launch compatibility; LOCAL_RANK wins')
+    p.add_argument('--explain', action='store_true',
+                   help='print the launch topology and the scaling plan, then exit (no data, '
+                   'no GPU)')
+    p.add_argument('--world-size', '--world_size', type=int, default=None,
+                   help='with --explain: the number of processes to plan for (default: from '
+                   'the environment, else 1)')
+    p.add_argument('--json', action='store_true', help='with --explain: print one JSON object')
     return p
 
 
@@ -57,23 +62,6 @@ def default_work_dir(args: argparse.Namespace) -> str:
     if args.work_dir:
         return args.work_dir
     return osp.join('./work_dirs', osp.splitext(osp.basename(args.config.split('::')[-1]))[0])
-
-
-def ddp_wrapper_cfg(cfg: Config, cuda: bool, local_rank: int) -> dict:
-    """The DDP wrapper config: lean defaults under the config's own ``model_wrapper_cfg``.
-
-    ``gradient_as_bucket_view=True`` (gradients live in DDP's buckets, not in a second copy),
-    ``device_ids=None`` on CPU (MMEngine's ``[LOCAL_RANK]`` is rejected there), and MMEngine's
-    own ``broadcast_buffers=False`` / ``find_unused_parameters``.
-    """
-    own = dict(cfg.get('model_wrapper_cfg') or {})
-    if own.get('type', 'MMDistributedDataParallel') not in DDP_TYPES:
-        return own  # FSDP, DeepSpeed, ...: not ours to change
-    wrapper = dict(type='MMDistributedDataParallel', broadcast_buffers=False,
-                   find_unused_parameters=cfg.get('find_unused_parameters', False),
-                   gradient_as_bucket_view=True, device_ids=[local_rank] if cuda else None)
-    wrapper.update(own)
-    return wrapper
 
 
 def build_config(args: argparse.Namespace, env: Optional[DistEnv] = None) -> Config:
@@ -141,11 +129,24 @@ def _train(args: argparse.Namespace, env: DistEnv) -> None:
     gc.collect()
 
 
+def _explain(args: argparse.Namespace) -> int:
+    from .explain import explain, render
+    env = read_dist_env(os.environ, args.launcher, num_gpus=0)  # no GPU is touched
+    world = args.world_size if args.world_size is not None else env.world_size
+    if world < 1:
+        raise UserError(f'--world-size={world} must be at least 1')
+    cfg = build_config(args)
+    print(render(explain(cfg, world, env), args.json), flush=True)
+    return 0
+
+
 @record
 def main(argv: Optional[List[str]] = None) -> int:
     """Train; returns the process exit code (1 with a one-line message for user mistakes)."""
     args = parse_args(argv)
     try:
+        if args.explain:
+            return _explain(args)
         env = read_dist_env(os.environ, args.launcher, num_gpus=_visible_gpus())
         if env.distributed:
             pin_device(env.local_rank)  # before any CUDA work

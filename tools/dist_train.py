@@ -37,6 +37,10 @@ the fix, and exit code 1. A rank that raises writes ``<work_dir>/failures/rank{R
 """
 import os
 import sys
+import warnings
+
+# mmengine 0.10.7 still imports pkg_resources; its deprecation notice says nothing to our users.
+warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
 
 
 def _pin_device_early() -> None:

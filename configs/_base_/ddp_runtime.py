@@ -6,3 +6,13 @@
 # tools/dist_train.py does that). With other entry points (e.g. MMPose's tools/train.py) use a
 # relative path to this file instead, or add `custom_imports` plus the keys below yourself.
 custom_imports = dict(imports=['mmddp_ext'], allow_failed_imports=False)
+
+# Plan batch size, accumulation, LR and iteration schedules for the number of processes.
+runner_type = 'DDPRunner'
+scaling = dict(
+    global_batch_size=None,     # samples per optimizer step over all ranks and accumulation
+    max_batch_per_device=None,  # cap per device (default: train_dataloader.batch_size)
+    base_batch_size=None,       # global batch the LR was tuned for (default: auto_scale_lr's)
+    lr_rule='linear',           # 'linear' | 'sqrt' | 'none'
+    schedule='keep_samples',    # or 'keep_iters'
+)

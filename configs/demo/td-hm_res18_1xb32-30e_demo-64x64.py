@@ -5,6 +5,9 @@
 _base_ = ['mmpose::body_2d_keypoint/topdown_heatmap/coco/td-hm_res50_8xb64-210e_coco-256x192.py']
 
 custom_imports = dict(imports=['mmddp_ext'], allow_failed_imports=False)
+# DDPRunner plans batch, LR and schedule for the number of processes: with the reference batch
+# below (auto_scale_lr.base_batch_size=32) the global batch stays 32 on 1, 2 or 4 processes.
+runner_type = 'DDPRunner'
 
 data_root = 'data/demo_coco/'
 

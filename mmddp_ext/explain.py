@@ -1,0 +1,65 @@
+"""``dist_train.py CONFIG --explain``: the launch topology and the scaling plan, no training.
+
+Touches neither data nor GPU; prints a readable summary, or with ``--json`` one JSON object
+with at least the keys of :data:`JSON_KEYS`.
+"""
+import copy
+import json
+from typing import Any, Dict
+
+from .dist.env import DistEnv
+from .scaling.apply import apply_plan, plan_for_config
+from .scaling.plan import ScalingPlan
+
+JSON_KEYS = ('world_size', 'per_device_batch_size', 'accumulative_counts', 'global_batch_size',
+             'base_batch_size', 'lr_rule', 'lr_scale', 'lrs', 'train_loop', 'max_epochs',
+             'max_iters', 'iter_scale', 'warnings')
+PLANNING_RUNNERS = ('DDPRunner', 'mmddp_ext.DDPRunner')
+
+
+def _loop(cfg: Any) -> Dict[str, Any]:
+    train_cfg = cfg.get('train_cfg') or {}
+    loop = train_cfg.get('type')
+    if loop is None:
+        loop = 'EpochBasedTrainLoop' if train_cfg.get('by_epoch', True) else 'IterBasedTrainLoop'
+    return dict(train_loop=loop, max_epochs=train_cfg.get('max_epochs'),
+                max_iters=train_cfg.get('max_iters'))
+
+
+def explain(cfg: Any, world_size: int, env: DistEnv) -> Dict[str, Any]:
+    """The plan for ``world_size`` processes and the config it leads to, as a dict."""
+    plan: ScalingPlan = plan_for_config(cfg, world_size)
+    applied = copy.deepcopy(cfg)
+    changes = apply_plan(applied, plan)
+    out = plan.to_dict()
+    out.update(_loop(applied))
+    if cfg.get('runner_type') not in PLANNING_RUNNERS:
+        out['warnings'] = list(out['warnings']) + [
+            f"runner_type is {repr(cfg['runner_type']) if 'runner_type' in cfg else 'not set'}"
+            ": training keeps MMEngine's "
+            "per-device batch and does not apply this plan; set runner_type='DDPRunner' (or "
+            "inherit mmddp_ext::_base_/ddp_runtime.py) to use it"]
+    out['changes'] = changes
+    out['describe'] = plan.describe()
+    out['launch'] = dict(launcher=env.launcher, rank=env.rank, local_rank=env.local_rank,
+                         node_rank=env.node_rank, nnodes=env.nnodes,
+                         master=f'{env.master_addr}:{env.master_port}'
+                         if env.master_addr else None)
+    return out
+
+
+def render(info: Dict[str, Any], as_json: bool) -> str:
+    """JSON (one object) or a readable summary."""
+    if as_json:
+        return json.dumps(info, default=str)
+    launch = info['launch']
+    lines = [f'launch: {info["world_size"]} process(es), launcher {launch["launcher"]}'
+             + (f', master {launch["master"]}' if launch['master'] else ''),
+             f'plan: {info["describe"]}',
+             f'mode: {info["mode"]} (lr_rule {info["lr_rule"]}, schedule {info["schedule"]})',
+             f'learning rates: {", ".join(f"{lr:.6g}" for lr in info["lrs"]) or "-"}',
+             f'loop: {info["train_loop"]}, max_epochs {info["max_epochs"]}, max_iters '
+             f'{info["max_iters"]}; iteration quantities × {info["iter_scale"]:g}']
+    lines += [f'changed: {c}' for c in info['changes']]
+    lines += [f'warning: {w}' for w in info['warnings']]
+    return '\n'.join(lines)

@@ -1,0 +1,3 @@
+from .scaling_hook import ScalingHook
+
+__all__ = ['ScalingHook']

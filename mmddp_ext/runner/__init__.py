@@ -1,0 +1,3 @@
+from .ddp_runner import DDPRunner
+
+__all__ = ['DDPRunner']

@@ -1,0 +1,83 @@
+"""``DDPRunner``: MMEngine's Runner with a scaling plan applied before anything is built.
+
+Use it with ``runner_type = 'DDPRunner'`` (our ``_base_/ddp_runtime.py`` sets it). MMEngine's
+``Runner.train()`` builds the dataloader, then the optimizer, scales the LR, then builds the
+schedulers; batch size, accumulation, LR and iteration counts must be settled before that, so
+the plan is computed and applied in :meth:`DDPRunner.from_cfg`:
+
+1. the world size comes from the initialised process group, else from the launcher's
+   environment (validated by :mod:`mmddp_ext.dist.env`);
+2. the ``scaling`` block is parsed and planned (:mod:`mmddp_ext.scaling`) and applied to a copy
+   of the config; ``auto_scale_lr.enable`` is switched off afterwards because the plan already
+   includes MMEngine's rule (with accumulation) — so there is no double scaling;
+3. a :class:`~mmddp_ext.hooks.ScalingHook` is added (logs the plan, stores it in checkpoints,
+   reconciles a resume on another world size);
+4. distributed runs get the lean DDP wrapper (:func:`mmddp_ext.dist.wrapper.ddp_wrapper_cfg`)
+   and, if nobody initialised the process group yet (e.g. MMDetection's ``tools/train.py``),
+   it is initialised here — gloo on CPU, where MMEngine's CUDA-only ``init_dist`` fails.
+"""
+import copy
+import os
+from typing import Any, List
+
+from mmengine.config import Config
+from mmengine.registry import RUNNERS
+from mmengine.runner import Runner
+
+from ..dist.env import read_dist_env
+from ..dist.launch import init_distributed
+from ..dist.wrapper import ddp_wrapper_cfg
+from ..scaling.apply import apply_plan, plan_for_config
+
+
+def _world_size(launcher: str) -> int:
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return read_dist_env(os.environ, launcher).world_size
+
+
+@RUNNERS.register_module()
+class DDPRunner(Runner):
+    """A Runner whose batch size, accumulation, LR and schedule follow the ``scaling`` plan.
+
+    Construct it with :meth:`from_cfg` (``RUNNERS.build(cfg)`` does). Attributes added to the
+    stock Runner:
+
+    Attributes:
+        scaling_plan: the :class:`~mmddp_ext.scaling.ScalingPlan` of this run.
+        scaling_changes: the config changes the plan made, as ``key: old → new`` lines.
+    """
+
+    scaling_plan = None
+    scaling_changes: List[str] = []
+
+    @classmethod
+    def from_cfg(cls, cfg: Any) -> 'DDPRunner':
+        """Plan, apply the plan to a copy of ``cfg``, then build the Runner."""
+        cfg = copy.deepcopy(cfg if isinstance(cfg, Config) else Config(cfg))
+        launcher = cfg.get('launcher', 'none')
+        plan = plan_for_config(cfg, _world_size(launcher))
+        changes = apply_plan(cfg, plan)
+        hooks = list(cfg.get('custom_hooks') or [])
+        if not any(h.get('type') in ('ScalingHook', 'mmddp_ext.ScalingHook') for h in hooks):
+            hooks.append(dict(type='ScalingHook'))
+        cfg.custom_hooks = hooks
+        if launcher != 'none':
+            import torch
+            local_rank = int(os.environ.get('LOCAL_RANK', 0))
+            cfg.model_wrapper_cfg = ddp_wrapper_cfg(cfg, torch.cuda.is_available(), local_rank)
+        runner = super().from_cfg(cfg)
+        runner.scaling_plan = plan
+        runner.scaling_changes = changes
+        return runner
+
+    def setup_env(self, env_cfg: dict) -> None:
+        """Initialise the process group ourselves (gloo on CPU, bounded rendezvous) when the
+        entry point did not, then let MMEngine do the rest of its set-up."""
+        import torch.distributed as dist
+        if self.distributed and not (dist.is_available() and dist.is_initialized()):
+            dist_cfg = (env_cfg or {}).get('dist_cfg', {})
+            init_distributed(read_dist_env(os.environ, self.launcher),
+                             dist_cfg.get('backend'), dist_cfg.get('timeout'))
+        super().setup_env(env_cfg)

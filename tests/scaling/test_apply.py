@@ -1,0 +1,119 @@
+"""Applying a plan to real installed MMPose / MMDetection configs, and the resume reconciler."""
+import copy
+
+import pytest
+
+from mmddp_ext.errors import ScalingError
+from mmddp_ext.scaling import ScalingConfig, make_plan
+from mmddp_ext.scaling.apply import apply_plan, plan_for_config, read_facts
+from mmddp_ext.scaling.resume import ResumeMismatch, convert_checkpoint, resume_factor
+from mmddp_ext.utils.config import load_config
+
+POSE = 'mmpose::body_2d_keypoint/topdown_heatmap/coco/td-hm_hrnet-w32_8xb64-210e_coco-256x192.py'
+DET = 'mmdet::faster_rcnn/faster-rcnn_r50-caffe_fpn_ms-90k_coco.py'
+
+
+@pytest.fixture(scope='module')
+def pose_cfg():
+    return load_config(POSE)
+
+
+@pytest.fixture(scope='module')
+def det_cfg():
+    return load_config(DET)
+
+
+def test_read_facts_from_a_real_config(pose_cfg):
+    facts = read_facts(pose_cfg)
+    assert (facts.batch_size, facts.auto_scale_lr_base, facts.lrs) == (64, 512, (5e-4,))
+    assert facts.config_name == 'td-hm_hrnet-w32_8xb64-210e_coco-256x192.py'
+
+
+@pytest.mark.parametrize('world, per_device, accum, warmup_end', [
+    (1, 64, 8, 4000), (2, 64, 4, 2000), (8, 64, 1, 500), (16, 32, 1, 500)])
+def test_pose_recipe_on_any_world_size(pose_cfg, world, per_device, accum, warmup_end):
+    cfg = copy.deepcopy(pose_cfg)
+    plan = plan_for_config(cfg, world)
+    apply_plan(cfg, plan)
+    assert cfg.train_dataloader.batch_size == per_device
+    assert cfg.optim_wrapper.get('accumulative_counts', 1) == accum
+    assert per_device * world * accum == 512
+    assert cfg.optim_wrapper.optimizer.lr == pytest.approx(5e-4)
+    warmup, multistep = cfg.param_scheduler
+    assert warmup.end == warmup_end           # by_epoch=False: scaled
+    assert multistep.milestones == [170, 200]  # by epoch: unchanged
+    assert cfg.train_cfg.max_epochs == 210
+
+
+@pytest.mark.parametrize('world, per_device, accum, max_iters, milestones', [
+    (1, 2, 8, 720000, [480000, 640000]), (2, 2, 4, 360000, [240000, 320000]),
+    (8, 2, 1, 90000, [60000, 80000]), (16, 1, 1, 90000, [60000, 80000])])
+def test_det_iteration_based_schedule_keeps_samples(det_cfg, world, per_device, accum,
+                                                    max_iters, milestones):
+    cfg = copy.deepcopy(det_cfg)
+    plan = plan_for_config(cfg, world)
+    changes = apply_plan(cfg, plan)
+    assert (cfg.train_dataloader.batch_size, plan.accumulative_counts) == (per_device, accum)
+    assert cfg.train_cfg.max_iters == max_iters
+    assert cfg.train_cfg.val_interval == 10000 * max_iters // 90000
+    assert cfg.param_scheduler[1].milestones == milestones
+    assert cfg.default_hooks.checkpoint.interval == 10000 * max_iters // 90000
+    # samples seen are the same on every world size
+    assert cfg.train_cfg.max_iters * per_device * world == 90000 * 16
+    assert all('→' in c for c in changes)
+
+
+def test_auto_scale_lr_is_not_applied_twice(pose_cfg):
+    cfg = copy.deepcopy(pose_cfg)
+    cfg.auto_scale_lr.enable = True  # per-device mode: MMEngine semantics plus accumulation
+    cfg.optim_wrapper.accumulative_counts = 2
+    plan = plan_for_config(cfg, 2)
+    apply_plan(cfg, plan)
+    assert plan.mode == 'per_device' and plan.global_batch_size == 64 * 2 * 2
+    assert cfg.optim_wrapper.optimizer.lr == pytest.approx(5e-4 * 256 / 512)
+    assert cfg.auto_scale_lr.enable is False  # MMEngine's scale_lr will not run again
+
+
+def test_bad_scaling_block_is_a_user_error(pose_cfg):
+    cfg = copy.deepcopy(pose_cfg)
+    cfg.scaling = dict(global_batch=512)
+    with pytest.raises(ScalingError, match="did you mean 'global_batch_size'"):
+        plan_for_config(cfg, 2)
+    cfg.scaling = dict(global_batch_size=512)
+    with pytest.raises(ScalingError, match='510 or 513'):
+        plan_for_config(cfg, 3)
+
+
+def _plan(world, cap=16):
+    from mmddp_ext.scaling import ConfigFacts
+    return make_plan(ScalingConfig(global_batch_size=32, max_batch_per_device=cap),
+                     ConfigFacts('x_1xb32-30e.py', 32, auto_scale_lr_base=32, lrs=(1e-3,)),
+                     world)
+
+
+def test_resume_factor_and_checkpoint_conversion():
+    saved, now = _plan(2).to_dict(), _plan(1)
+    assert (now.per_device_batch_size, now.accumulative_counts) == (16, 2)
+    factor = resume_factor(saved, now)
+    assert factor == 2.0
+    ckpt = dict(meta=dict(iter=4, epoch=2), param_schedulers=[
+        dict(by_epoch=False, begin=0, end=50, last_step=4, start_factor=0.01),
+        dict(by_epoch=True, begin=0, end=30, milestones={22: 1}, last_step=2)])
+    changes = convert_checkpoint(ckpt, factor)
+    assert ckpt['meta']['iter'] == 8
+    warmup, multistep = ckpt['param_schedulers']
+    assert warmup['last_step'] == 8 and 'end' not in warmup and 'begin' not in warmup
+    assert multistep == dict(by_epoch=True, begin=0, end=30, milestones={22: 1}, last_step=2)
+    assert changes and 'iteration 4 → 8' in changes[0]
+    assert convert_checkpoint(ckpt, 1.0) == [] and ckpt['meta']['iter'] == 8
+
+
+def test_resume_with_another_global_batch_is_refused():
+    saved = _plan(2).to_dict()
+    saved['global_batch_size'] = 64
+    with pytest.raises(ResumeMismatch, match='scaling.global_batch_size=64'):
+        resume_factor(saved, _plan(1))
+    saved = _plan(2).to_dict()
+    saved['lrs'] = [2e-3]
+    with pytest.raises(ResumeMismatch, match='learning rates'):
+        resume_factor(saved, _plan(1))
