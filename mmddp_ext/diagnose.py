@@ -35,11 +35,33 @@ def summarize(work_dir: str, records: Optional[List[Dict]] = None) -> str:
              f'{first.get("pid")}, at {when})',
              f'  {first.get("exc_type")}: ' + '\n  '.join(_first_lines(first.get('message', ''))),
              f'  full traceback: {first.get("traceback_file")}']
-    others = [r for r in records[1:]]
+    lines += _memory_lines(first)
+    others = records[1:]
     if others:
         lines.append('then: ' + '; '.join(
             f'rank {r.get("rank")} {r.get("exc_type")}' for r in others))
     return '\n'.join(lines)
+
+
+def _memory_lines(record: Dict) -> List[str]:
+    """Memory numbers and, for an out-of-memory error, the batch that fits."""
+    from .memory.oom import is_oom, oom_advice
+    lines = []
+    now = (record.get('memory') or {}).get('now') or {}
+    if now:
+        dev = '' if now.get('device_total') is None else (
+            f'device {now.get("device")}: allocated {_mib(now.get("allocated"))}, reserved '
+            f'{_mib(now.get("reserved"))}, used {_mib(now.get("device_used"))} of '
+            f'{_mib(now.get("device_total"))}; ')
+        lines.append(f'  memory at failure: {dev}host RSS {_mib(now.get("rss"))} (peak '
+                     f'{_mib(now.get("peak_rss"))})')
+    if is_oom(record.get('exc_type', ''), record.get('message', '')):
+        lines += [f'  {line}' for line in oom_advice(record)]
+    return lines
+
+
+def _mib(value) -> str:
+    return '-' if value is None else f'{value / 2 ** 20:.0f} MiB'
 
 
 def work_dir_from_train_args(argv: List[str]) -> str:

@@ -10,7 +10,7 @@ import os.path as osp
 import socket
 import time
 import traceback
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Union
 
 FAILURE_DIR = 'failures'
 
@@ -30,8 +30,18 @@ def clear_failure(work_dir: str, rank: int) -> None:
 
 
 def record_failure(work_dir: str, rank: int, exc: BaseException,
-                   extra: Optional[Dict[str, Any]] = None) -> str:
-    """Write this rank's failure record; returns the JSON path. Never raises."""
+                   extra: Union[None, Dict[str, Any], Callable[[], Dict[str, Any]]] = None
+                   ) -> str:
+    """Write this rank's failure record; returns the JSON path. Never raises.
+
+    ``extra`` (a dict, or a function returning one, called here so that its own errors are
+    contained) is merged into the record: memory snapshot, scaling plan, ...
+    """
+    if callable(extra):
+        try:
+            extra = extra()
+        except Exception as e:  # the record must not hide the failure itself
+            extra = {'context_error': repr(e)}
     try:
         out = failure_dir(work_dir)
         os.makedirs(out, exist_ok=True)

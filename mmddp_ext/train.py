@@ -96,6 +96,28 @@ def build_runner(cfg: Config):
     return Runner.from_cfg(cfg)
 
 
+def failure_context(runner, env: DistEnv) -> dict:
+    """What a failure record holds besides the exception: plan, memory, wrapper settings."""
+    from .hooks.memory_hook import RankMemoryHook
+    from .memory.stats import MemoryReader
+    out = {'world_size': env.world_size}
+    plan = getattr(runner, 'scaling_plan', None)
+    if plan is not None:
+        out['plan'] = plan.to_dict()
+    hook = next((h for h in getattr(runner, 'hooks', []) if isinstance(h, RankMemoryHook)), None)
+    if hook is not None and hook.reader is not None:
+        out['memory'] = hook.snapshot()
+        out['stray_findings'] = hook.findings
+    else:
+        out['memory'] = {'now': MemoryReader(env.rank, 'cpu').read(0).to_dict()}
+    if runner is not None:
+        wrapper = runner.cfg.get('model_wrapper_cfg') or {}
+        if 'gradient_as_bucket_view' in wrapper:
+            out['gradient_as_bucket_view'] = wrapper['gradient_as_bucket_view']
+        out['per_device_batch_size'] = runner.cfg.train_dataloader.get('batch_size')
+    return out
+
+
 def _visible_gpus() -> int:
     import torch
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -120,7 +142,7 @@ def _train(args: argparse.Namespace, env: DistEnv) -> None:
             print_log(f'[mmddp_ext] {note}', logger='current')
         runner.train()
     except BaseException as e:
-        record_failure(work_dir, env.rank, e)
+        record_failure(work_dir, env.rank, e, lambda: failure_context(runner, env))
         raise
     # Clean exit: barrier -> destroy the process group -> drop the DDP model -> collect, so
     # gloo does not abort at interpreter exit ("terminate called without an active exception").

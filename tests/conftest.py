@@ -64,16 +64,22 @@ def check_ok(proc: subprocess.CompletedProcess) -> str:
 PYTHON = sys.executable
 
 
-def recording_config(tmp_path, record_dir: str) -> str:
-    """The demo config plus :class:`RankRecordHook` writing to ``record_dir``."""
-    path = osp.join(str(tmp_path), 'demo_recorded.py')
+def demo_with_hooks(tmp_path, hooks: str, modules=(), name: str = 'demo_hooks.py') -> str:
+    """A config file: the demo plus ``custom_hooks`` (Python source of the list's items) and
+    the test-helper modules that define them."""
+    path = osp.join(str(tmp_path), name)
+    imports = ['mmddp_ext'] + [f'tests.helpers.{m}' for m in modules]
     with open(path, 'w') as f:
         f.write(f"_base_ = [{DEMO_CONFIG!r}]\n"
-                "custom_imports = dict(imports=['mmddp_ext', 'tests.helpers.rank_record_hook'], "
-                "allow_failed_imports=False)\n"
-                f"custom_hooks = [dict(type='SyncBuffersHook'), "
-                f"dict(type='RankRecordHook', out_dir={record_dir!r})]\n")
+                f"custom_imports = dict(imports={imports!r}, allow_failed_imports=False)\n"
+                f"custom_hooks = [dict(type='SyncBuffersHook'), {hooks}]\n")
     return path
+
+
+def recording_config(tmp_path, record_dir: str) -> str:
+    """The demo config plus :class:`RankRecordHook` writing to ``record_dir``."""
+    return demo_with_hooks(tmp_path, f"dict(type='RankRecordHook', out_dir={record_dir!r})",
+                           ['rank_record_hook'], 'demo_recorded.py')
 
 
 def read_records(record_dir: str) -> dict:

@@ -10,6 +10,7 @@ import re
 import cv2
 import numpy as np
 import pytest
+import torch
 from pycocotools.coco import COCO
 
 from conftest import PYTHON, ROOT, check_ok, run
@@ -130,10 +131,15 @@ def _options(root: str) -> list:
 
 
 @pytest.mark.slow
-def test_trains_one_epoch_and_reports_coco_bbox_map(det_data, tmp_path):
+def test_trains_on_two_processes_with_the_plan_applied(det_data, tmp_path):
     work_dir = str(tmp_path / 'work')
-    out = check_ok(run([PYTHON, 'tools/dist_train.py', DET_CONFIG, '--work-dir', work_dir,
+    out = check_ok(run(['bash', 'tools/dist_train.sh', DET_CONFIG, '2', '--work-dir', work_dir,
                         *_options(det_data)]))
+    assert 'per-GPU batch 2 × 2 GPUs × accumulation 1 = global 4 (the config was tuned for 4)' \
+        in out
+    ckpt = torch.load(osp.join(work_dir, 'epoch_1.pth'), map_location='cpu', weights_only=False)
+    assert ckpt['meta']['scaling_plan']['world_size'] == 2
+    assert ckpt['meta']['scaling_plan']['global_batch_size'] == 4
     [scalars] = glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json'))
     losses = [r['loss'] for r in map(json.loads, open(scalars)) if 'loss' in r]
     assert losses and all(math.isfinite(v) for v in losses)

@@ -1,31 +1,42 @@
-"""Write the demo dataset: COCO-format 17-keypoint stick figures (train + val splits).
+"""Write a demo dataset in COCO format (train + val splits).
 
 Usage::
 
-    python tools/make_demo_data.py [--out data/demo_coco] [--num-train 320] [--num-val 80] \
-        [--size 128] [--seed 0]
+    python tools/make_demo_data.py [--task pose|det] [--out DIR] [--num-train N] \
+        [--num-val N] [--size PX] [--seed S]
 
-With no arguments it writes to ``data/demo_coco``, the path the demo config reads.
-The same seed gives the same files.
+``--task pose`` (default): 17-keypoint stick figures, written to ``data/demo_coco``, the path
+``configs/demo/`` reads. ``--task det``: three classes of coloured shapes with boxes, written to
+``data/demo_det``, the path ``configs/examples/mmdet/`` reads. The same seed gives the same files.
 """
 import argparse
 import time
 
-from mmddp_ext.demo_data import make_demo_dataset
+DEFAULTS = {'pose': dict(out='data/demo_coco', num_train=320, num_val=80),
+            'det': dict(out='data/demo_det', num_train=200, num_val=50)}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument('--out', default='data/demo_coco', help='output directory')
-    p.add_argument('--num-train', type=int, default=320, help='training images')
-    p.add_argument('--num-val', type=int, default=80, help='validation images')
+    p.add_argument('--task', choices=sorted(DEFAULTS), default='pose', help='which dataset')
+    p.add_argument('--out', help='output directory (default: the demo config\'s data root)')
+    p.add_argument('--num-train', type=int, help='training images (pose 320, det 200)')
+    p.add_argument('--num-val', type=int, help='validation images (pose 80, det 50)')
     p.add_argument('--size', type=int, default=128, help='image side in pixels')
-    p.add_argument('--seed', type=int, default=0, help='random seed (val uses seed + 1)')
+    p.add_argument('--seed', type=int, default=0, help='random seed')
     args = p.parse_args()
+    d = DEFAULTS[args.task]
+    out = args.out or d['out']
+    n_train = d['num_train'] if args.num_train is None else args.num_train
+    n_val = d['num_val'] if args.num_val is None else args.num_val
+    if args.task == 'pose':
+        from mmddp_ext.demo_data import make_demo_dataset as make
+    else:
+        from mmddp_ext.demo_det_data import make_demo_det_dataset as make
     t0 = time.time()
-    files = make_demo_dataset(args.out, args.num_train, args.num_val, args.size, args.seed)
-    print(f'wrote {args.num_train} train + {args.num_val} val images of {args.size}x{args.size} '
-          f'to {args.out} in {time.time() - t0:.1f} s; annotations: {files["train"]}, '
+    files = make(out, num_train=n_train, num_val=n_val, size=args.size, seed=args.seed)
+    print(f'wrote {n_train} train + {n_val} val {args.task} images of {args.size}x{args.size} '
+          f'to {out} in {time.time() - t0:.1f} s; annotations: {files["train"]}, '
           f'{files["val"]}')
 
 

@@ -10,8 +10,10 @@ the plan is computed and applied in :meth:`DDPRunner.from_cfg`:
 2. the ``scaling`` block is parsed and planned (:mod:`mmddp_ext.scaling`) and applied to a copy
    of the config; ``auto_scale_lr.enable`` is switched off afterwards because the plan already
    includes MMEngine's rule (with accumulation) — so there is no double scaling;
-3. a :class:`~mmddp_ext.hooks.ScalingHook` is added (logs the plan, stores it in checkpoints,
-   reconciles a resume on another world size);
+3. a :class:`~mmddp_ext.hooks.ScalingHook` (logs the plan, stores it in checkpoints,
+   reconciles a resume on another world size) and a
+   :class:`~mmddp_ext.hooks.RankMemoryHook` (``interval=50``) are added unless the config's
+   ``custom_hooks`` list them already;
 4. distributed runs get the lean DDP wrapper (:func:`mmddp_ext.dist.wrapper.ddp_wrapper_cfg`)
    and, if nobody initialised the process group yet (e.g. MMDetection's ``tools/train.py``),
    it is initialised here — gloo on CPU, where MMEngine's CUDA-only ``init_dist`` fails.
@@ -28,6 +30,10 @@ from ..dist.env import read_dist_env
 from ..dist.launch import init_distributed
 from ..dist.wrapper import ddp_wrapper_cfg
 from ..scaling.apply import apply_plan, plan_for_config
+
+
+# Added unless the config lists them itself (e.g. with another interval).
+DEFAULT_HOOKS = (dict(type='ScalingHook'), dict(type='RankMemoryHook', interval=50))
 
 
 def _world_size(launcher: str) -> int:
@@ -60,8 +66,9 @@ class DDPRunner(Runner):
         plan = plan_for_config(cfg, _world_size(launcher))
         changes = apply_plan(cfg, plan)
         hooks = list(cfg.get('custom_hooks') or [])
-        if not any(h.get('type') in ('ScalingHook', 'mmddp_ext.ScalingHook') for h in hooks):
-            hooks.append(dict(type='ScalingHook'))
+        for default in DEFAULT_HOOKS:
+            if not any(str(h.get('type')).split('.')[-1] == default['type'] for h in hooks):
+                hooks.append(dict(default))
         cfg.custom_hooks = hooks
         if launcher != 'none':
             import torch

@@ -4,8 +4,12 @@
 _base_ = ['mmdet::retinanet/retinanet_r50_fpn_1x_coco.py']
 
 custom_imports = dict(imports=['mmddp_ext'], allow_failed_imports=False)
+# The global batch stays 4 (auto_scale_lr.base_batch_size) on any number of processes:
+# `bash tools/dist_train.sh <this config> 2` trains 2 per process (MMDetection's own train.py
+# honours runner_type too).
+runner_type = 'DDPRunner'
 
-# data: python -c "import mmddp_ext.demo_det_data as d; d.make_demo_det_dataset('data/demo_det')"
+# data: python tools/make_demo_data.py --task det
 data_root = 'data/demo_det/'
 classes = ('square', 'circle', 'triangle')  # == mmddp_ext.demo_det_data.CLASSES, ids 1..3
 metainfo = dict(classes=classes)

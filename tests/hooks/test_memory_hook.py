@@ -1,0 +1,82 @@
+"""RankMemoryHook on a real 2-process CPU run, its table, and a real out-of-memory diagnosis."""
+import glob
+import json
+import os.path as osp
+
+import pytest
+
+from conftest import check_ok, demo_options, demo_with_hooks, run
+from mmddp_ext.hooks.memory_hook import RankMemoryHook, format_table
+
+GIB = 2 ** 30
+
+
+def _sample(rank, device='cpu', **kw):
+    base = dict(rank=rank, host='node1', pid=727401 + rank, device=device, iter=50,
+                allocated=None, reserved=None, peak_allocated=None, device_used=None,
+                device_total=None, rss=1500 * 2 ** 20, peak_rss=1600 * 2 ** 20, time=0.0)
+    base.update(kw)
+    return base
+
+
+def test_table_cpu_is_labelled_as_host_memory():
+    text = format_table([_sample(0), _sample(1)])
+    assert 'CPU run: host RSS (peak RSS) per rank; no device memory' in text
+    assert 'rank 1 node1 pid 727402 cpu: RSS 1500 (1600)' in text
+
+
+def test_table_gpu_numbers_in_mib():
+    gpu = _sample(0, 'cuda:0', allocated=int(20 * GIB), reserved=int(21.5 * GIB),
+                  peak_allocated=int(21 * GIB), device_used=int(23.58 * GIB),
+                  device_total=int(23.64 * GIB))
+    text = format_table([gpu])
+    assert 'rank 0 node1 pid 727401 cuda:0: 20480 / 22016 / 21504 | 24146 of 24207' in text
+
+
+@pytest.mark.parametrize('bad', [0, -1, 2.5, True, '50'])
+def test_interval_is_checked(bad):
+    with pytest.raises(ValueError, match=f'interval={bad!r}'):
+        RankMemoryHook(interval=bad)
+
+
+@pytest.mark.slow
+def test_two_process_run_logs_writes_and_plots(demo_data, tmp_path):
+    cfg = demo_with_hooks(tmp_path, "dict(type='RankMemoryHook', interval=1)")
+    work = str(tmp_path / 'w')
+    out = check_ok(run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work,
+                        *demo_options(demo_data, 1)]))
+    # 64 images, 2 ranks × 16 per device: 2 iterations; a sample after each, on every rank
+    [log_dir] = glob.glob(osp.join(work, '2*'))
+    for rank in (0, 1):
+        lines = [json.loads(x) for x in open(osp.join(log_dir, 'memory', f'rank{rank}.jsonl'))]
+        assert [s['iter'] for s in lines] == [1, 2]
+        assert all(s['rank'] == rank and s['device'] == 'cpu' and s['rss'] > 2 ** 20
+                   and s['peak_rss'] >= s['rss'] for s in lines)
+    assert out.count('CPU run: host RSS (peak RSS) per rank') == 2
+    assert 'rank 1 ' in out.split('CPU run: host RSS (peak RSS) per rank')[1]
+    scalars = [json.loads(x) for x in open(osp.join(log_dir, 'vis_data', 'scalars.json'))]
+    keys = set().union(*scalars)
+    assert {'memory/rank0/rss_mib', 'memory/rank1/peak_rss_mib'} <= keys
+    png = osp.join(log_dir, 'memory', 'memory.png')
+    assert open(png, 'rb').read(8) == b'\x89PNG\r\n\x1a\n' and osp.getsize(png) > 5000
+
+
+@pytest.mark.slow
+def test_real_out_of_memory_on_one_rank_is_diagnosed(demo_data, tmp_path):
+    """Rank 1 gets a small address-space budget, so torch's CPU allocator fails for real."""
+    cfg = demo_with_hooks(tmp_path, "dict(type='LimitAddressSpaceHook', rank=1, budget_mib=64)",
+                          ['limit_memory_hook'])
+    work = str(tmp_path / 'w')
+    proc = run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work,
+                *demo_options(demo_data, 1, **{'scaling.global_batch_size': '64'})])
+    assert proc.returncode != 0
+    record = json.load(open(osp.join(work, 'failures', 'rank1.json')))
+    assert "can't allocate memory" in record['message']
+    assert record['plan']['per_device_batch_size'] == 32
+    assert record['memory']['now']['rss'] > 0 and 'baseline' in record['memory']
+    tail = proc.stdout[proc.stdout.rindex('==== mmddp_ext diagnosis'):]
+    assert 'first failing rank: 1' in tail
+    assert 'cause: out of memory at per-device batch 32 (32 × 2 × accumulation 1 = global 64)' \
+        in tail
+    assert 'per-device batch 16 × 2 × accumulation 2 keeps the global batch 64' in tail
+    assert '--cfg-options scaling.max_batch_per_device=16' in tail
