@@ -15,6 +15,8 @@ interleaved ``--reps`` times as subprocesses:
 Reading the result: the table gives each variant's per-rank peak RSS (``ru_maxrss``) as the
 median over all reps and ranks, with the min-max spread. ``off - on`` is the measured saving;
 compare it with the gradients' size. Raw numbers go to ``bench/results/ddp_bucket_view.json``.
+Peak RSS also reflects glibc's malloc keeping freed memory; ``MALLOC_MMAP_THRESHOLD_=131072``
+in the environment makes freed big blocks go back to the OS, so it measures the live peak.
 """
 import argparse
 import json

@@ -53,6 +53,8 @@ def load_checkpoint_file(filename: str,
                          ) -> Any:
     """``torch.load`` a local checkpoint with ``weights_only=True`` and our allowlist.
 
+    ``map_location=None`` means CPU here, never "the device it was saved from".
+
     Raises:
         FileNotFoundError: the file does not exist.
         RuntimeError: the checkpoint holds a type outside the allowlist (named in the message).
@@ -60,6 +62,10 @@ def load_checkpoint_file(filename: str,
     filename = osp.expanduser(filename)
     if not osp.isfile(filename):
         raise FileNotFoundError(f'checkpoint {filename!r} does not exist')
+    if map_location is None:
+        # torch would restore tensors to the device they were saved from (often cuda:0): on
+        # another rank that is a stray CUDA context on GPU 0. Load to CPU instead.
+        map_location = 'cpu'
     try:
         with torch.serialization.safe_globals(safe_globals()):
             return torch.load(filename, map_location=map_location, weights_only=True)

@@ -7,9 +7,9 @@
 #   NNODES       number of nodes (default 1)
 #   NODE_RANK    this node's index (default 0)
 #   MASTER_ADDR  host of node 0 (default 127.0.0.1)
-#   PORT         rendezvous port on node 0. Single node without PORT: torchrun's store takes a
-#                free port on localhost, so two jobs on one machine never clash. Multi-node
-#                default: 29500 (must be the same on every node).
+#   PORT         rendezvous port on node 0. Single node without PORT: the store listens on
+#                127.0.0.1 only, on a port the OS picks, so two jobs on one machine never
+#                clash. Multi-node default: 29500 (must be the same on every node).
 #   MAX_RESTARTS restarts of failed workers by torchrun (default 0); combine with --resume
 #                so restarted workers continue from the latest checkpoint.
 #   PYTHON       interpreter (default python)
@@ -47,14 +47,15 @@ if [[ "$CONFIG" != *::* ]] && [ ! -f "$CONFIG" ]; then
 fi
 
 if [ "$NNODES" = 1 ] && [ -z "${PORT:-}" ]; then
-  RDZV=(--standalone)  # c10d store on localhost, free port chosen by the OS
+  # torchrun, with its store on 127.0.0.1 and a port the OS picks (loopback only, no clash)
+  LAUNCH=("$HERE/../mmddp_ext/dist/loopback_run.py")
 else
-  RDZV=(--nnodes="$NNODES" --node_rank="$NODE_RANK" --master_addr="$MASTER_ADDR"
-        --master_port="${PORT:-29500}")
+  LAUNCH=(-m torch.distributed.run --nnodes="$NNODES" --node_rank="$NODE_RANK"
+          --master_addr="$MASTER_ADDR" --master_port="${PORT:-29500}")
 fi
 
 PYTHONPATH="$HERE/..${PYTHONPATH:+:$PYTHONPATH}" \
-"$PYTHON" -m torch.distributed.run "${RDZV[@]}" --nproc_per_node="$GPUS" \
+"$PYTHON" "${LAUNCH[@]}" --nproc_per_node="$GPUS" \
   --max-restarts="$MAX_RESTARTS" "$HERE/dist_train.py" "$CONFIG" "$@"
 rc=$?
 if [ "$rc" != 0 ]; then

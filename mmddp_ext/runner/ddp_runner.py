@@ -14,12 +14,15 @@ the plan is computed and applied in :meth:`DDPRunner.from_cfg`:
    reconciles a resume on another world size) and a
    :class:`~mmddp_ext.hooks.RankMemoryHook` (``interval=50``) are added unless the config's
    ``custom_hooks`` list them already;
-4. distributed runs get the lean DDP wrapper (:func:`mmddp_ext.dist.wrapper.ddp_wrapper_cfg`)
+4. checkpoints are written atomically (temporary file, fsync, rename) and resumed with
+   ``map_location='cpu'``;
+5. distributed runs get the lean DDP wrapper (:func:`mmddp_ext.dist.wrapper.ddp_wrapper_cfg`)
    and, if nobody initialised the process group yet (e.g. MMDetection's ``tools/train.py``),
    it is initialised here — gloo on CPU, where MMEngine's CUDA-only ``init_dist`` fails.
 """
 import copy
 import os
+import os.path as osp
 from typing import Any, List
 
 from mmengine.config import Config
@@ -34,6 +37,14 @@ from ..scaling.apply import apply_plan, plan_for_config
 
 # Added unless the config lists them itself (e.g. with another interval).
 DEFAULT_HOOKS = (dict(type='ScalingHook'), dict(type='RankMemoryHook', interval=50))
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _world_size(launcher: str) -> int:
@@ -78,6 +89,34 @@ class DDPRunner(Runner):
         runner.scaling_plan = plan
         runner.scaling_changes = changes
         return runner
+
+    def save_checkpoint(self, out_dir: str, filename: str, file_client_args=None,
+                        save_optimizer: bool = True, save_param_scheduler: bool = True,
+                        meta=None, by_epoch: bool = True, backend_args=None) -> None:
+        """MMEngine's save, made atomic for local files: write ``.<name>.part``, fsync,
+        rename. A crash mid-save leaves the previous file of that name intact, and the
+        CheckpointHook updates ``last_checkpoint`` only after this returns."""
+        args = (file_client_args, save_optimizer, save_param_scheduler, meta, by_epoch,
+                backend_args)
+        if file_client_args or backend_args or '://' in str(out_dir):
+            return super().save_checkpoint(out_dir, filename, *args)  # remote: as MMEngine
+        part = osp.join(out_dir, f'.{filename}.part')
+        try:
+            super().save_checkpoint(out_dir, osp.basename(part), *args)
+        except BaseException:
+            if osp.exists(part):
+                os.remove(part)
+            raise
+        if osp.exists(part):  # only the main process writes
+            _fsync(part)
+            os.replace(part, osp.join(out_dir, filename))
+            _fsync(out_dir)
+
+    def resume(self, filename: str, resume_optimizer: bool = True,
+               resume_param_scheduler: bool = True, map_location='cpu') -> None:
+        """MMEngine's resume, loading to CPU by default (no transient second copy of the
+        weights and optimizer state on the GPU; tensors move to their parameters' device)."""
+        return super().resume(filename, resume_optimizer, resume_param_scheduler, map_location)
 
     def setup_env(self, env_cfg: dict) -> None:
         """Initialise the process group ourselves (gloo on CPU, bounded rendezvous) when the

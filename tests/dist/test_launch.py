@@ -172,3 +172,32 @@ def test_fewer_processes_than_world_size():
     assert all(rc == 1 for rc, _ in outs)
     assert 'only 2 of WORLD_SIZE=3 processes joined' in _error_line(outs[0][1])
     assert time.monotonic() - t0 < 90
+
+
+def _listening(root_pid):
+    import psutil
+    try:
+        procs = [psutil.Process(root_pid)] + psutil.Process(root_pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return set()
+    found = set()
+    for p in procs:
+        try:
+            found |= {c.laddr.ip for c in p.net_connections('inet') if c.status == 'LISTEN'}
+        except psutil.Error:
+            pass
+    return found
+
+
+def test_single_node_job_listens_on_loopback_only(demo_data, tmp_path):
+    """Every listening socket of a running dist_train.sh job is on 127.0.0.1."""
+    proc = _popen(['bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir',
+                   str(tmp_path / 'w'), *demo_options(demo_data, 2)])
+    seen, deadline = set(), time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        seen |= _listening(proc.pid)
+        time.sleep(0.5)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    assert seen, 'the job was never seen listening'
+    assert seen <= {'127.0.0.1'}, f'listening beyond loopback: {sorted(seen)}'
