@@ -11,9 +11,15 @@ Importing :mod:`mmddp_ext` replaces MMEngine's local-file checkpoint loader (thr
 ``CheckpointLoader.register_scheme``, MMEngine's own extension point) with one that keeps
 ``weights_only=True`` and allows exactly the extra types below. Anything else is refused with
 an error that names the type.
+
+Legacy checkpoints holding other objects load only after an explicit opt-in — ``--unsafe-load``
+on ``tools/dist_train.py``, ``unsafe_load = True`` in the config, or ``MMDDP_UNSAFE_LOAD=1`` —
+and every such load logs a warning naming the file.
 """
+import os
 import os.path as osp
 import pickle
+import warnings
 from typing import Any, Callable, List, Optional, Union
 
 import numpy as np
@@ -22,6 +28,7 @@ from mmengine.logging import HistoryBuffer
 from mmengine.runner import CheckpointLoader
 
 
+UNSAFE_ENV = 'MMDDP_UNSAFE_LOAD'
 _HISTORY_METHODS = ('min', 'max', 'current', 'mean')
 
 
@@ -62,6 +69,11 @@ def load_checkpoint_file(filename: str,
     filename = osp.expanduser(filename)
     if not osp.isfile(filename):
         raise FileNotFoundError(f'checkpoint {filename!r} does not exist')
+    if os.environ.get(UNSAFE_ENV) == '1':
+        warnings.warn(f'{UNSAFE_ENV}=1: loading {filename!r} with weights_only=False; '
+                      'unpickling can run any code the file contains. Only do this for '
+                      'checkpoints you trust.', stacklevel=2)
+        return torch.load(filename, map_location=map_location or 'cpu', weights_only=False)
     if map_location is None:
         # torch would restore tensors to the device they were saved from (often cuda:0): on
         # another rank that is a stray CUDA context on GPU 0. Load to CPU instead.
@@ -75,7 +87,8 @@ def load_checkpoint_file(filename: str,
         raise RuntimeError(
             f'refusing to load checkpoint {filename!r}: it holds a Python object that is not '
             'in mmddp_ext\'s allowlist of checkpoint types, and unpickling it could run code. '
-            f'torch said: {_unsupported_global(str(e))}') from e
+            f'torch said: {_unsupported_global(str(e))}. If you trust this file: --unsafe-load '
+            f'(or unsafe_load = True in the config, or {UNSAFE_ENV}=1)') from e
 
 
 def _unsupported_global(message: str) -> str:

@@ -131,6 +131,11 @@ def make_split(out_dir: str, split: str, num_images: int, size: int, seed: int) 
         categories=[dict(id=1, name='person', supercategory='person',
                          keypoints=list(KEYPOINT_NAMES),
                          skeleton=[[a + 1, b + 1] for a, b in SKELETON])])
+    return write_annotations(out_dir, split, coco)
+
+
+def write_annotations(out_dir: str, split: str, coco: Dict) -> str:
+    """Write ``<out_dir>/annotations/<split>.json`` atomically; returns its path."""
     ann_file = osp.join(out_dir, 'annotations', f'{split}.json')
     tmp = ann_file + '.tmp'
     with open(tmp, 'w') as f:
@@ -139,16 +144,21 @@ def make_split(out_dir: str, split: str, num_images: int, size: int, seed: int) 
     return ann_file
 
 
+def check_sizes(num_train: int, num_val: int, size: int, what: str) -> None:
+    """ValueError naming the argument unless counts and size are positive ints, size >= 32."""
+    for name, value in (('num_train', num_train), ('num_val', num_val), ('size', size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f'{name} must be a positive integer, got {value!r}')
+    if size < 32:
+        raise ValueError(f'size={size} is too small to draw {what}; use 32 or more')
+
+
 def make_demo_dataset(out_dir: str, num_train: int = 320, num_val: int = 80, size: int = 128,
                       seed: int = 0) -> Dict[str, str]:
     """Write the train and val splits; return ``{split: annotation file}``.
 
     Deterministic for a given ``seed`` (train uses ``seed``, val ``seed + 1``).
     """
-    for name, value in (('num_train', num_train), ('num_val', num_val), ('size', size)):
-        if not isinstance(value, int) or value <= 0:
-            raise ValueError(f'{name} must be a positive integer, got {value!r}')
-    if size < 32:
-        raise ValueError(f'size={size} is too small to draw a figure; use 32 or more')
+    check_sizes(num_train, num_val, size, 'a figure')
     return {'train': make_split(out_dir, 'train', num_train, size, seed),
             'val': make_split(out_dir, 'val', num_val, size, seed + 1)}

@@ -20,13 +20,14 @@ Example::
     >>> sorted(paths)
     ['train', 'val']
 """
-import json
 import os
 import os.path as osp
 from typing import Dict, List, Tuple
 
 import cv2
 import numpy as np
+
+from .demo_data import check_sizes, write_annotations
 
 CLASSES = ('square', 'circle', 'triangle')
 # Per class, the (low, high) range of each BGR channel of the fill colour.
@@ -135,12 +136,7 @@ def make_split(out_dir: str, split: str, num_images: int, size: int,
         info=dict(description=f'mmddp_ext demo coloured shapes ({split})'),
         images=images, annotations=annotations,
         categories=[dict(id=k + 1, name=n, supercategory='shape') for k, n in enumerate(CLASSES)])
-    ann_file = osp.join(out_dir, 'annotations', f'{split}.json')
-    tmp = ann_file + '.tmp'
-    with open(tmp, 'w') as f:
-        json.dump(coco, f)
-    os.replace(tmp, ann_file)  # a reader never sees a half-written annotation file
-    return ann_file
+    return write_annotations(out_dir, split, coco)
 
 
 def make_demo_det_dataset(out_dir: str, num_train: int = 200, num_val: int = 50, size: int = 128,
@@ -164,11 +160,7 @@ def make_demo_det_dataset(out_dir: str, num_train: int = 200, num_val: int = 50,
     Raises:
         ValueError: naming the argument and its value, when one is not valid.
     """
-    for name, value in (('num_train', num_train), ('num_val', num_val), ('size', size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f'{name} must be a positive integer, got {value!r}')
-    if size < 32:
-        raise ValueError(f'size={size} is too small to draw shapes; use 32 or more')
+    check_sizes(num_train, num_val, size, 'shapes')
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f'seed must be a non-negative integer, got {seed!r}')
     train_rng, val_rng = np.random.default_rng(seed).spawn(2)

@@ -8,13 +8,13 @@ import json
 from typing import Any, Dict
 
 from .dist.env import DistEnv
+from .train import PLANNING_RUNNERS
 from .scaling.apply import apply_plan, plan_for_config
 from .scaling.plan import ScalingPlan
 
 JSON_KEYS = ('world_size', 'per_device_batch_size', 'accumulative_counts', 'global_batch_size',
              'base_batch_size', 'lr_rule', 'lr_scale', 'lrs', 'train_loop', 'max_epochs',
              'max_iters', 'iter_scale', 'warnings')
-PLANNING_RUNNERS = ('DDPRunner', 'mmddp_ext.DDPRunner')
 
 
 def _loop(cfg: Any) -> Dict[str, Any]:

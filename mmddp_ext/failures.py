@@ -10,7 +10,7 @@ import os.path as osp
 import socket
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Union
 
 FAILURE_DIR = 'failures'
 

@@ -13,11 +13,13 @@ from typing import List, Optional
 from mmengine.config import Config, DictAction
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler, record
 
+from .checkpoint import UNSAFE_ENV
 from .dist.env import DistEnv, read_dist_env
 from .dist.launch import init_distributed, pin_device, shutdown
 from .dist.wrapper import ddp_wrapper_cfg
 from .errors import UserError
 from .failures import clear_failure, record_failure
+from .scaling.apply import plan_for_config
 from .utils.config import load_config
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                    'inside a multi-task srun step, else none)')
     p.add_argument('--local-rank', '--local_rank', type=int, default=None,
                    help='accepted for torch.distributed.launch compatibility; LOCAL_RANK wins')
+    p.add_argument('--unsafe-load', '--unsafe_load', action='store_true',
+                   help='load legacy checkpoints with weights_only=False (runs their pickle '
+                   'code; only for files you trust)')
     p.add_argument('--explain', action='store_true',
                    help='print the launch topology and the scaling plan, then exit (no data, '
                    'no GPU)')
@@ -81,9 +86,34 @@ def build_config(args: argparse.Namespace, env: Optional[DistEnv] = None) -> Con
     if args.auto_scale_lr:
         cfg.setdefault('auto_scale_lr', {})
         cfg.auto_scale_lr.enable = True
+    if args.unsafe_load or cfg.get('unsafe_load', False):
+        os.environ[UNSAFE_ENV] = '1'  # read by the checkpoint loader, in every rank
     if env.distributed:
         cfg.model_wrapper_cfg = ddp_wrapper_cfg(cfg, torch.cuda.is_available(), env.local_rank)
     return cfg
+
+
+PLANNING_RUNNERS = ('DDPRunner', 'mmddp_ext.DDPRunner')
+
+
+def check_runner_type(cfg: Config) -> None:
+    """One-line errors for an unknown ``runner_type`` and for a ``scaling`` block that the
+    chosen runner would silently ignore."""
+    import difflib
+
+    from mmengine.registry import RUNNERS
+    runner_type = cfg.get('runner_type')
+    if runner_type is not None and RUNNERS.get(runner_type) is None:
+        known = sorted(RUNNERS.module_dict)
+        close = difflib.get_close_matches(str(runner_type), known, n=1)
+        raise UserError(f'runner_type={runner_type!r} is not a registered runner'
+                        + (f' (did you mean {close[0]!r}?)' if close else '')
+                        + f'; known: {", ".join(known)}. A custom runner needs its module in '
+                        'custom_imports')
+    if cfg.get('scaling') is not None and runner_type not in PLANNING_RUNNERS:
+        raise UserError(f'the config sets `scaling` but runner_type is {runner_type!r}, which '
+                        "ignores it: set runner_type='DDPRunner' (or inherit "
+                        'mmddp_ext::_base_/ddp_runtime.py), or remove the scaling block')
 
 
 def build_runner(cfg: Config):
@@ -130,6 +160,9 @@ def _train(args: argparse.Namespace, env: DistEnv) -> None:
     try:
         cfg = build_config(args, env)
         work_dir = cfg.work_dir
+        check_runner_type(cfg)  # before any rendezvous: fail fast, on every rank alike
+        if cfg.get('runner_type') in PLANNING_RUNNERS:
+            plan_for_config(cfg, env.world_size)  # a bad scaling block, too
         clear_failure(work_dir, env.rank)
         notes = [env.describe(), *env.warnings]
         if env.distributed:
@@ -147,7 +180,7 @@ def _train(args: argparse.Namespace, env: DistEnv) -> None:
     # Clean exit: barrier -> destroy the process group -> drop the DDP model -> collect, so
     # gloo does not abort at interpreter exit ("terminate called without an active exception").
     shutdown()
-    del runner
+    runner = None  # drop the DDP model before the interpreter exits
     gc.collect()
 
 

@@ -55,6 +55,27 @@ def run(cmd: List[str], timeout: float = 600, env: Optional[Dict[str, str]] = No
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
+def popen(cmd: List[str], env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
+    """Start a command in the repository root; launcher variables are removed unless given."""
+    full = dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='1',
+                PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT'):
+        full.pop(k, None)
+    full.update(env or {})
+    return subprocess.Popen(cmd, cwd=ROOT, env=full, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+
+
+def finish(procs: List[subprocess.Popen], timeout: float = 600) -> List:
+    """Wait for every process; ``[(returncode, output), ...]``."""
+    return [_wait(p, timeout) for p in procs]
+
+
+def _wait(proc: subprocess.Popen, timeout: float):
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
 def check_ok(proc: subprocess.CompletedProcess) -> str:
     """Assert a zero exit; on failure show the tail of the output."""
     assert proc.returncode == 0, f'exit {proc.returncode}; output tail:\n{proc.stdout[-6000:]}'

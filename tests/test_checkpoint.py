@@ -65,3 +65,22 @@ def test_getattr_is_allowed_only_for_history_buffer_methods(tmp_path):
     torch.save({'x': _GetattrOther()}, path)
     with pytest.raises(Exception, match='only HistoryBuffer statistics methods'):
         load_checkpoint_file(path)
+
+
+class LegacyThing:
+    """A plain object an old checkpoint might hold (not in the allowlist)."""
+
+    def __init__(self):
+        self.value = 42
+
+
+def test_legacy_checkpoint_needs_the_explicit_opt_in(tmp_path, monkeypatch):
+    from mmddp_ext.checkpoint import UNSAFE_ENV
+    path = str(tmp_path / 'legacy.pth')
+    torch.save({'meta': {'thing': LegacyThing()}}, path)
+    with pytest.raises(RuntimeError, match='LegacyThing.*--unsafe-load'):
+        load_checkpoint_file(path)
+    monkeypatch.setenv(UNSAFE_ENV, '1')
+    with pytest.warns(UserWarning, match='weights_only=False'):
+        out = load_checkpoint_file(path)
+    assert out['meta']['thing'].value == 42

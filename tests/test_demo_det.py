@@ -13,7 +13,7 @@ import pytest
 import torch
 from pycocotools.coco import COCO
 
-from conftest import PYTHON, ROOT, check_ok, run
+from conftest import ROOT, check_ok, demo_options, run
 from mmddp_ext.demo_det_data import CLASSES, make_demo_det_dataset
 
 DET_CONFIG = osp.join(ROOT, 'configs', 'examples', 'mmdet',
@@ -111,30 +111,13 @@ def test_config_matches_its_name_and_the_data():
     assert cfg.val_evaluator.type == 'CocoMetric' and cfg.val_evaluator.metric == 'bbox'
 
 
-def _options(root: str) -> list:
-    root = root.rstrip('/') + '/'
-    opts = {
-        'train_dataloader.dataset.data_root': root,
-        'val_dataloader.dataset.data_root': root,
-        'test_dataloader.dataset.data_root': root,
-        'val_evaluator.ann_file': root + 'annotations/val.json',
-        'test_evaluator.ann_file': root + 'annotations/val.json',
-        'train_cfg.max_epochs': '1',
-        'train_cfg.val_interval': '1',
-        'default_hooks.checkpoint.interval': '1',
-        'default_hooks.logger.interval': '1',
-    }
-    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-        opts[f'{loader}.num_workers'] = '0'
-        opts[f'{loader}.persistent_workers'] = 'False'
-    return ['--cfg-options'] + [f'{k}={v}' for k, v in opts.items()]
 
 
 @pytest.mark.slow
 def test_trains_on_two_processes_with_the_plan_applied(det_data, tmp_path):
     work_dir = str(tmp_path / 'work')
     out = check_ok(run(['bash', 'tools/dist_train.sh', DET_CONFIG, '2', '--work-dir', work_dir,
-                        *_options(det_data)]))
+                        *demo_options(det_data, 1)]))
     assert 'per-GPU batch 2 × 2 GPUs × accumulation 1 = global 4 (the config was tuned for 4)' \
         in out
     ckpt = torch.load(osp.join(work_dir, 'epoch_1.pth'), map_location='cpu', weights_only=False)

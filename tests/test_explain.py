@@ -68,3 +68,10 @@ def test_explain_readable_and_errors():
     assert '[mmddp_ext] error: the global batch 32 (from auto_scale_lr.base_batch_size) is ' \
            'not divisible by world_size 3: use 30 or 33' in bad.stdout
     assert 'Traceback' not in bad.stdout
+
+
+def test_auto_scale_lr_flag_keeps_mmengine_per_device_semantics():
+    info, _ = _explain(POSE, '--world-size', '2', '--auto-scale-lr')
+    assert info['mode'] == 'per_device'
+    assert (info['per_device_batch_size'], info['global_batch_size']) == (64, 128)
+    assert info['lr_scale'] == pytest.approx(128 / 512)

@@ -108,6 +108,20 @@ def _rendezvous(env: DistEnv, timeout: float):
     return store
 
 
+def _agent_store(env: DistEnv):
+    """A client of the torchrun agent's store, namespaced by restart attempt.
+
+    torchrun's static rendezvous keeps one store across restarts and torch's ``env://`` adds no
+    per-attempt prefix, so restarted workers would read the dead workers' gloo addresses
+    ("Connection refused"). Keys of attempt N live under ``mmddp_ext/attempt_N/``.
+    """
+    import torch.distributed as dist
+    store = dist.TCPStore(env.master_addr, env.master_port, env.world_size, is_master=False,
+                          timeout=timedelta(seconds=rendezvous_timeout()))
+    attempt = os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')
+    return dist.PrefixStore(f'mmddp_ext/attempt_{attempt}/', store)
+
+
 def init_distributed(env: DistEnv, backend: Optional[str] = None,
                      timeout: Optional[float] = None) -> Tuple[str, Optional[str]]:
     """Pin the device, then initialise the default process group. All ranks must call this.
@@ -128,7 +142,9 @@ def init_distributed(env: DistEnv, backend: Optional[str] = None,
     kwargs = dict(backend=backend, rank=env.rank, world_size=env.world_size)
     if timeout is not None:
         kwargs['timeout'] = timedelta(seconds=timeout)
-    if env.under_torchrun:
+    if env.under_torchrun and os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True':
+        dist.init_process_group(store=_agent_store(env), **kwargs)
+    elif env.under_torchrun:
         dist.init_process_group(init_method='env://', **kwargs)
     else:
         dist.init_process_group(store=_rendezvous(env, rendezvous_timeout()), **kwargs)

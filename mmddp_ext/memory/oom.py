@@ -11,7 +11,7 @@ accumulation, so the recipe (and the LR) stay as they are.
   per-device batch, and says that this is a rule of thumb, not a measurement.
 """
 import re
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Tuple
 
 OOM_PATTERNS = ('out of memory', 'OutOfMemoryError', "can't allocate memory",
                 'DefaultCPUAllocator', 'CUBLAS_STATUS_ALLOC_FAILED')

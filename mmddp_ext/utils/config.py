@@ -9,7 +9,7 @@ own ``tools/train.py``) can inherit our base config by a relative path instead.
 import os.path as osp
 from typing import Optional
 
-from mmengine.config import Config, DictAction  # noqa: F401  (DictAction re-exported for tools)
+from mmengine.config import Config
 from mmengine.config.utils import (MODULE2PACKAGE, _get_external_cfg_base_path,
                                    _get_package_and_cfg_path)
 from mmengine.utils import get_installed_path

@@ -1,37 +1,14 @@
 """Real multi-process launches on CPU (gloo): dist_train.sh, by hand, multi-node, launch()."""
-import os
 import os.path as osp
-import socket
-import subprocess
-import tempfile
 import time
 
 import pytest
 
-from conftest import (DEMO_CONFIG, PYTHON, ROOT, check_ok, demo_options, read_records,
-                      recording_config, run)
+from conftest import (DEMO_CONFIG, PYTHON, check_ok, demo_options, finish, popen,
+                      read_records, recording_config, run)
 from mmddp_ext.dist.launch import find_free_port
 
 pytestmark = pytest.mark.slow
-
-
-def _popen(cmd, env=None):
-    full = dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='1',
-                PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
-    full.update(env or {})
-    for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT'):
-        if env is None or k not in env:
-            full.pop(k, None)
-    return subprocess.Popen(cmd, cwd=ROOT, env=full, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
-
-
-def _finish(procs, timeout=600):
-    outs = []
-    for p in procs:
-        out, _ = p.communicate(timeout=timeout)
-        outs.append((p.returncode, out))
-    return outs
 
 
 def _assert_disjoint_and_complete(records, world):
@@ -58,9 +35,9 @@ def test_dist_train_sh_two_processes(demo_data, tmp_path):
 
 def test_two_jobs_at_once_on_one_machine(demo_data, tmp_path):
     """Without PORT each job gets its own free port: neither clashes with the other."""
-    procs = [_popen(['bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir',
+    procs = [popen(['bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir',
                      str(tmp_path / f'job{i}'), *demo_options(demo_data, 1)]) for i in range(2)]
-    for rc, out in _finish(procs):
+    for rc, out in finish(procs):
         assert rc == 0, out[-4000:]
     for i in range(2):
         assert osp.isfile(tmp_path / f'job{i}' / 'epoch_1.pth')
@@ -70,11 +47,11 @@ def test_manual_env_launch_without_local_rank(demo_data, tmp_path):
     rec = str(tmp_path / 'rec')
     cfg = recording_config(tmp_path, rec)
     port = str(find_free_port())
-    procs = [_popen([PYTHON, 'tools/dist_train.py', cfg, '--work-dir', str(tmp_path / 'w'),
+    procs = [popen([PYTHON, 'tools/dist_train.py', cfg, '--work-dir', str(tmp_path / 'w'),
                      *demo_options(demo_data, 1)],
                     env=dict(RANK=str(r), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',
                              MASTER_PORT=port)) for r in range(2)]
-    for rc, out in _finish(procs):
+    for rc, out in finish(procs):
         assert rc == 0, out[-4000:]
     records = read_records(rec)
     for rank, r in records.items():
@@ -86,11 +63,11 @@ def test_two_nodes_of_two_processes_on_loopback(demo_data, tmp_path):
     rec = str(tmp_path / 'rec')
     cfg = recording_config(tmp_path, rec)
     port = str(find_free_port())
-    procs = [_popen([PYTHON, '-m', 'torch.distributed.run', '--nnodes=2', f'--node_rank={n}',
+    procs = [popen([PYTHON, '-m', 'torch.distributed.run', '--nnodes=2', f'--node_rank={n}',
                      '--nproc_per_node=2', '--master_addr=127.0.0.1', f'--master_port={port}',
                      'tools/dist_train.py', cfg, '--work-dir', str(tmp_path / 'w'),
                      *demo_options(demo_data, 1)]) for n in range(2)]
-    for rc, out in _finish(procs):
+    for rc, out in finish(procs):
         assert rc == 0, out[-4000:]
     records = read_records(rec)
     for rank, r in records.items():
@@ -124,56 +101,6 @@ def test_failing_worker_is_named_in_the_last_lines(demo_data, tmp_path):
     assert 'error_file: <N/A>' not in proc.stdout  # @record gave torchrun the error file
 
 
-# --- mistakes in a hand-set environment end quickly with one line --------------------------
-
-def _manual(rank, world, port, extra=None, timeout=120):
-    env = dict(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR='127.0.0.1',
-               MASTER_PORT=str(port), MMDDP_RENDEZVOUS_TIMEOUT='5', **(extra or {}))
-    work = tempfile.mkdtemp(prefix='mmddp_manual_')
-    return _popen([PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir', work],
-                  env=env)
-
-
-def _error_line(out):
-    lines = [ln for ln in out.splitlines() if ln.startswith('[mmddp_ext] error:')]
-    assert len(lines) == 1, out[-3000:]
-    return lines[0]
-
-
-def test_rank_out_of_range_fails_fast():
-    t0 = time.monotonic()
-    [(rc, out)] = _finish([_manual(2, 2, 29999)])
-    assert rc == 1 and 'RANK=2 is out of range for WORLD_SIZE=2' in _error_line(out)
-    assert time.monotonic() - t0 < 60
-
-
-def test_port_in_use_is_named():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        s.listen()
-        port = s.getsockname()[1]
-        [(rc, out)] = _finish([_manual(0, 2, port)])
-    assert rc == 1 and f'MASTER_PORT={port} is already in use' in _error_line(out)
-
-
-def test_unreachable_master_times_out_with_a_message():
-    port = find_free_port()
-    t0 = time.monotonic()
-    [(rc, out)] = _finish([_manual(1, 2, port)])
-    line = _error_line(out)
-    assert rc == 1 and f'MASTER_ADDR=127.0.0.1 MASTER_PORT={port}' in line
-    assert 'could not reach' in line and time.monotonic() - t0 < 90
-
-
-def test_fewer_processes_than_world_size():
-    port = find_free_port()
-    t0 = time.monotonic()
-    outs = _finish([_manual(0, 3, port), _manual(1, 3, port)])
-    assert all(rc == 1 for rc, _ in outs)
-    assert 'only 2 of WORLD_SIZE=3 processes joined' in _error_line(outs[0][1])
-    assert time.monotonic() - t0 < 90
-
-
 def _listening(root_pid):
     import psutil
     try:
@@ -191,7 +118,7 @@ def _listening(root_pid):
 
 def test_single_node_job_listens_on_loopback_only(demo_data, tmp_path):
     """Every listening socket of a running dist_train.sh job is on 127.0.0.1."""
-    proc = _popen(['bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir',
+    proc = popen(['bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir',
                    str(tmp_path / 'w'), *demo_options(demo_data, 2)])
     seen, deadline = set(), time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:

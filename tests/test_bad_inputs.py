@@ -1,0 +1,137 @@
+"""The bad-input matrix: each mistake ends quickly with a non-zero exit and one line that names
+the value and the fix, and leaves no checkpoint or half-written file behind."""
+import glob
+import os.path as osp
+import socket
+import time
+
+import pytest
+
+from conftest import DEMO_CONFIG, PYTHON, demo_options, finish, popen
+from mmddp_ext.dist.launch import find_free_port
+
+pytestmark = pytest.mark.slow
+TRAIN = [PYTHON, 'tools/dist_train.py']
+
+
+def _error_lines(out: str, prefix: str = '[mmddp_ext] error:'):
+    return [ln for ln in out.splitlines() if ln.startswith(prefix)]
+
+
+def _no_debris(work_dir: str) -> None:
+    assert not glob.glob(osp.join(work_dir, '**', '*.pth'), recursive=True)
+    assert not glob.glob(osp.join(work_dir, '**', '.*.part'), recursive=True)
+
+
+# (case id, command after the config, env, words the single error line must contain)
+CASES = [
+    ('unknown scaling key', TRAIN, ['scaling.global_batch=64'], {},
+     ["unknown key scaling.global_batch", "did you mean 'global_batch_size'"]),
+    ('non-positive size', TRAIN, ['scaling.global_batch_size=0'], {},
+     ['scaling.global_batch_size=0']),
+    ('non-integer size', TRAIN, ['scaling.max_batch_per_device=2.5'], {},
+     ['scaling.max_batch_per_device=2.5']),
+    ('non-divisible global batch', ['bash', 'tools/dist_train.sh', '{config}', '2'],
+     ['scaling.global_batch_size=33'], {},
+     ['scaling.global_batch_size=33 is not divisible by world_size 2', '32 or 34',
+      '--cfg-options scaling.global_batch_size=32']),
+    ('unknown runner_type', TRAIN, ['runner_type=DDPRuner'], {},
+     ["runner_type='DDPRuner' is not a registered runner", "did you mean 'DDPRunner'?"]),
+    ('our keys, stock runner', TRAIN, ['runner_type=Runner', 'scaling.global_batch_size=32'], {},
+     ["sets `scaling` but runner_type is 'Runner'", "runner_type='DDPRunner'"]),
+    ('RANK >= WORLD_SIZE', TRAIN, [], dict(RANK='2', WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',
+                                           MASTER_PORT='29999'),
+     ['RANK=2 is out of range for WORLD_SIZE=2', '0..1']),
+    ('MASTER_PORT not a port', TRAIN, [], dict(RANK='0', WORLD_SIZE='2',
+                                               MASTER_ADDR='127.0.0.1', MASTER_PORT='http'),
+     ["MASTER_PORT='http' is not a TCP port number"]),
+]
+
+
+@pytest.mark.parametrize('name, cmd, options, env, words', CASES, ids=[c[0] for c in CASES])
+def test_one_line_error(name, cmd, options, env, words, demo_data, tmp_path):
+    work = str(tmp_path / 'w')
+    cmd = [c.replace('{config}', DEMO_CONFIG) for c in cmd]
+    if DEMO_CONFIG not in cmd:
+        cmd = cmd + [DEMO_CONFIG]
+    t0 = time.monotonic()
+    [(rc, out)] = finish([popen(cmd + ['--work-dir', work, *demo_options(demo_data, 1),
+                                       *options], env=env)])
+    assert rc != 0 and time.monotonic() - t0 < 120
+    lines = _error_lines(out)
+    assert lines and len(set(lines)) == 1, out[-3000:]  # one line (the same on every rank)
+    for w in words:
+        assert w in lines[0]
+    _no_debris(work)
+
+
+@pytest.mark.parametrize('cmd, line', [
+    (TRAIN + ['no/such/config.py'], "[mmddp_ext] error: config file 'no/such/config.py' does "
+                                    'not exist'),
+    (['bash', 'tools/dist_train.sh', 'no/such/config.py', '2'],
+     "dist_train.sh: config file 'no/such/config.py' does not exist"),
+    (['bash', 'tools/dist_train.sh', DEMO_CONFIG, 'two'],
+     "dist_train.sh: GPUS='two' must be a whole number"),
+])
+def test_missing_config_and_bad_script_arguments(cmd, line):
+    [(rc, out)] = finish([popen(cmd)])
+    assert rc != 0 and line in out and 'Traceback' not in out
+
+
+def _manual(rank, world, port, work):
+    env = dict(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR='127.0.0.1',
+               MASTER_PORT=str(port), MMDDP_RENDEZVOUS_TIMEOUT='5')
+    return popen(TRAIN + [DEMO_CONFIG, '--work-dir', work], env=env)
+
+
+def test_port_in_use(tmp_path):
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        s.listen()
+        port = s.getsockname()[1]
+        [(rc, out)] = finish([_manual(0, 2, port, str(tmp_path))])
+    [line] = _error_lines(out)
+    assert rc == 1 and f'MASTER_PORT={port} is already in use' in line and 'e.g. MASTER_PORT=' \
+        in line
+    _no_debris(str(tmp_path))
+
+
+def test_unreachable_master_times_out(tmp_path):
+    port = find_free_port()
+    t0 = time.monotonic()
+    [(rc, out)] = finish([_manual(1, 2, port, str(tmp_path))])
+    [line] = _error_lines(out)
+    assert rc == 1 and f'MASTER_ADDR=127.0.0.1 MASTER_PORT={port}' in line
+    assert 'could not reach' in line and time.monotonic() - t0 < 90
+
+
+def test_world_size_larger_than_the_processes_started(tmp_path):
+    port = find_free_port()
+    t0 = time.monotonic()
+    outs = finish([_manual(0, 4, port, str(tmp_path)), _manual(1, 4, port, str(tmp_path))])
+    assert all(rc == 1 for rc, _ in outs)
+    [line] = _error_lines(outs[0][1])
+    assert 'only 2 of WORLD_SIZE=4 processes joined' in line and 'start the missing ranks' in line
+    assert time.monotonic() - t0 < 90
+    _no_debris(str(tmp_path))
+
+
+def test_missing_data_on_one_node_only(demo_data, tmp_path):
+    """Node 1 (ranks 2, 3) has no data: the whole job stops, and the diagnosis names rank 2/3
+    and the missing file rather than the collective errors of the ranks left waiting."""
+    port = str(find_free_port())
+    work = str(tmp_path / 'w')
+    procs = []
+    for node, root in ((0, demo_data), (1, str(tmp_path / 'no_data'))):
+        procs.append(popen([PYTHON, '-m', 'torch.distributed.run', '--nnodes=2',
+                            f'--node_rank={node}', '--nproc_per_node=2',
+                            '--master_addr=127.0.0.1', f'--master_port={port}',
+                            'tools/dist_train.py', DEMO_CONFIG, '--work-dir', work,
+                            *demo_options(root, 1)]))
+    t0 = time.monotonic()
+    outs = finish(procs, timeout=300)
+    assert all(rc != 0 for rc, _ in outs) and time.monotonic() - t0 < 300
+    [(_, diag)] = finish([popen([PYTHON, '-m', 'mmddp_ext.diagnose', work])])
+    assert 'first failing rank: 2' in diag or 'first failing rank: 3' in diag, diag
+    assert 'Annotation file' in diag and 'no_data' in diag
+    _no_debris(work)
