@@ -72,8 +72,7 @@ def work_dir_from_train_args(argv: List[str]) -> str:
         return args.work_dir
     try:
         from .utils.config import load_config
-        return load_config(args.config, args.cfg_options).get('work_dir') or \
-            default_work_dir(args)
+        return default_work_dir(args, load_config(args.config, args.cfg_options))
     except Exception:  # the training run has already said what is wrong with the config
         return default_work_dir(args)
 

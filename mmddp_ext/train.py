@@ -62,10 +62,13 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return args
 
 
-def default_work_dir(args: argparse.Namespace) -> str:
-    """``--work-dir``, else ``./work_dirs/<config name>`` (MMPose's rule)."""
+def default_work_dir(args: argparse.Namespace, cfg: Optional[Config] = None) -> str:
+    """``--work-dir``, else the config's ``work_dir``, else ``./work_dirs/<config name>``
+    (MMPose's rule)."""
     if args.work_dir:
         return args.work_dir
+    if cfg is not None and cfg.get('work_dir'):
+        return cfg.work_dir
     return osp.join('./work_dirs', osp.splitext(osp.basename(args.config.split('::')[-1]))[0])
 
 
@@ -75,7 +78,7 @@ def build_config(args: argparse.Namespace, env: Optional[DistEnv] = None) -> Con
     env = env or DistEnv()
     cfg = load_config(args.config, args.cfg_options)
     cfg.launcher = env.launcher
-    cfg.work_dir = args.work_dir or cfg.get('work_dir') or default_work_dir(args)
+    cfg.work_dir = default_work_dir(args, cfg)
     if args.resume == 'auto':
         cfg.resume, cfg.load_from = True, None
     elif args.resume is not None:
