@@ -7,30 +7,15 @@ exception``). Prints a table and writes ``bench/results/exit_reliability.json``.
     python bench/exit_reliability.py [--runs 30] [--nproc 2]
 """
 import argparse
-import json
 import os
 import os.path as osp
 import subprocess
-import sys
 import tempfile
 import time
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, ROOT)
-DEMO = osp.join(ROOT, 'configs', 'demo', 'td-hm_res18_1xb32-30e_demo-64x64.py')
+from common import DEMO, ROOT, data_options, demo_data, save
+
 ABORT = 'terminate called without an active exception'
-
-
-def short_run_args(data: str) -> list:
-    root = data.rstrip('/') + '/'
-    opts = [f'train_dataloader.dataset.data_root={root}', f'val_dataloader.dataset.data_root={root}',
-            f'test_dataloader.dataset.data_root={root}',
-            f'val_evaluator.ann_file={root}annotations/val.json',
-            'train_cfg.max_epochs=1', 'train_cfg.val_interval=10',
-            'train_dataloader.num_workers=0', 'train_dataloader.persistent_workers=False',
-            'val_dataloader.num_workers=0', 'val_dataloader.persistent_workers=False',
-            'default_hooks.checkpoint.interval=10']
-    return ['--cfg-options', *opts]
 
 
 def main() -> None:
@@ -38,15 +23,14 @@ def main() -> None:
     p.add_argument('--runs', type=int, default=30)
     p.add_argument('--nproc', type=int, default=2)
     args = p.parse_args()
-    from mmddp_ext.demo_data import make_demo_dataset
+    data = demo_data(32)
     tmp = tempfile.mkdtemp(prefix='mmddp_exit_')
-    make_demo_dataset(osp.join(tmp, 'data'), num_train=32, num_val=8, size=96)
     results = []
     for i in range(args.runs):
         t0 = time.monotonic()
         proc = subprocess.run(
             ['bash', 'tools/dist_train.sh', DEMO, str(args.nproc), '--work-dir',
-             osp.join(tmp, f'run{i}'), *short_run_args(osp.join(tmp, 'data'))],
+             osp.join(tmp, f'run{i}'), '--cfg-options', *data_options(data, 1)],
             cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             env=dict(os.environ, OMP_NUM_THREADS='1'))
         results.append(dict(run=i, rc=proc.returncode, abort=ABORT in proc.stdout,
@@ -59,9 +43,7 @@ def main() -> None:
                    gloo_aborts=sum(r['abort'] for r in results), results=results)
     print(f'\n{len(failed)} of {args.runs} runs failed; {summary["gloo_aborts"]} gloo aborts '
           'at exit')
-    os.makedirs(osp.join(ROOT, 'bench', 'results'), exist_ok=True)
-    with open(osp.join(ROOT, 'bench', 'results', 'exit_reliability.json'), 'w') as f:
-        json.dump(summary, f, indent=1)
+    save('exit_reliability', summary)
 
 
 if __name__ == '__main__':
