@@ -26,6 +26,7 @@ import os.path as osp
 from typing import Any, List
 
 from mmengine.config import Config
+from mmengine.dist import is_main_process
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
@@ -101,13 +102,14 @@ class DDPRunner(Runner):
         if file_client_args or backend_args or '://' in str(out_dir):
             return super().save_checkpoint(out_dir, filename, *args)  # remote: as MMEngine
         part = osp.join(out_dir, f'.{filename}.part')
+        main = is_main_process()  # MMEngine writes on the main process only; so do we
         try:
             super().save_checkpoint(out_dir, osp.basename(part), *args)
         except BaseException:
-            if osp.exists(part):
+            if main and osp.exists(part):
                 os.remove(part)
             raise
-        if osp.exists(part):  # only the main process writes
+        if main:
             _fsync(part)
             os.replace(part, osp.join(out_dir, filename))
             _fsync(out_dir)
