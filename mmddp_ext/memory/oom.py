@@ -13,6 +13,8 @@ accumulation, so the recipe (and the LR) stay as they are.
 import re
 from typing import Any, List, Mapping, Optional, Tuple
 
+from ..scaling.plan import best_split
+
 OOM_PATTERNS = ('out of memory', 'OutOfMemoryError', "can't allocate memory",
                 'DefaultCPUAllocator', 'CUBLAS_STATUS_ALLOC_FAILED')
 MARGIN = 0.9
@@ -34,13 +36,6 @@ def requested_bytes(message: str) -> Optional[int]:
         scale = {'B': 1, 'KiB': 2 ** 10, 'MiB': 2 ** 20, 'GiB': 2 ** 30, 'TiB': 2 ** 40}
         return int(float(m.group(1)) * scale[m.group(2)])
     return None
-
-
-def split_global(global_batch: int, world_size: int, cap: int) -> Tuple[int, int]:
-    """(per-device ≤ cap, accumulation) with per-device × world × accumulation == global."""
-    per_rank = max(1, global_batch // world_size)
-    per_device = next(d for d in range(max(1, min(cap, per_rank)), 0, -1) if per_rank % d == 0)
-    return per_device, per_rank // per_device
 
 
 def fitting_batch(batch: int, baseline: Mapping[str, Any], peak: Mapping[str, Any],
@@ -75,7 +70,7 @@ def oom_advice(record: Mapping[str, Any]) -> List[str]:
     peak = memory.get('last') or memory.get('now') or {}
     fit, how = fitting_batch(batch, memory.get('baseline') or {}, peak,
                              requested_bytes(record.get('message', '')))
-    per_device, k = split_global(global_batch, world, fit)
+    per_device, k = best_split(global_batch, world, fit)  # global is world-divisible
     lines = [f'cause: out of memory at per-device batch {batch} ({batch} × {world} × '
              f'accumulation {accum} = global {global_batch})',
              f'fit: per-device batch {per_device} × {world} × accumulation {k} keeps the global '

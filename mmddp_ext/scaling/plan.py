@@ -168,7 +168,7 @@ def scale_iters(value: int, iter_scale: float) -> int:
     return max(1, math.floor(round(value * iter_scale, 9) + 0.5))
 
 
-def _best_split(global_batch: int, world_size: int, cap: int) -> Optional[Tuple[int, int]]:
+def best_split(global_batch: int, world_size: int, cap: int) -> Optional[Tuple[int, int]]:
     """``(per_device, accumulation)`` with the smallest accumulation, or None if the global
     batch is not divisible by ``world_size``."""
     if global_batch % world_size:
@@ -201,13 +201,13 @@ def _small_batch_warning(global_batch: int, world_size: int, cap: int,
         return
 
     def good(g: int) -> bool:
-        return g % world_size == 0 and 2 * _best_split(g, world_size, cap)[0] >= cap
+        return g % world_size == 0 and 2 * best_split(g, world_size, cap)[0] >= cap
 
     below = next((g for g in range(global_batch - world_size, 0, -world_size) if good(g)), None)
     above = next(g for g in itertools.count(global_batch + world_size, world_size) if good(g))
     options = [g for g in (below, above) if g is not None]
     nearest = min(options, key=lambda g: (abs(g - global_batch), g))
-    splits = [(g, _best_split(g, world_size, cap)) for g in options]
+    splits = [(g, best_split(g, world_size, cap)) for g in options]
     described = ' or '.join(f'{g} (per-device {s[0]} × accumulation {s[1]})' for g, s in splits)
     warnings.append(
         f'per-device batch {per_device} × accumulation {accumulation} (global {global_batch} '
@@ -242,7 +242,7 @@ def _recipe_split(scaling: ScalingConfig, facts: ConfigFacts, world_size: int,
     else:
         global_batch, source = base
     cap = _resolve_cap(scaling, facts, measured)
-    split = _best_split(global_batch, world_size, cap)
+    split = best_split(global_batch, world_size, cap)
     if split is None:
         raise _not_divisible(global_batch, world_size, source)
     _small_batch_warning(global_batch, world_size, cap, split, warnings)
