@@ -19,7 +19,7 @@ from .dist.launch import init_distributed, pin_device, shutdown
 from .dist.wrapper import ddp_wrapper_cfg
 from .errors import UserError
 from .failures import clear_failure, record_failure
-from .scaling.apply import plan_for_config
+from .scaling.apply import check_runtime_for_config, plan_for_config
 from .utils.config import load_config
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,6 +166,7 @@ def _train(args: argparse.Namespace, env: DistEnv) -> None:
         check_runner_type(cfg)  # before any rendezvous: fail fast, on every rank alike
         if cfg.get('runner_type') in PLANNING_RUNNERS:
             plan_for_config(cfg, env.world_size)  # a bad scaling block, too
+            check_runtime_for_config(cfg, _visible_gpus() > 0, env.distributed)
         clear_failure(work_dir, env.rank)
         notes = [env.describe(), *env.warnings]
         if env.distributed:

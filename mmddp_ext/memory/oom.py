@@ -16,7 +16,7 @@ from typing import Any, List, Mapping, Optional, Tuple
 from ..scaling.plan import best_split
 
 OOM_PATTERNS = ('out of memory', 'OutOfMemoryError', "can't allocate memory",
-                'DefaultCPUAllocator', 'CUBLAS_STATUS_ALLOC_FAILED')
+                'DefaultCPUAllocator', 'CUBLAS_STATUS_ALLOC_FAILED', 'std::bad_alloc')
 MARGIN = 0.9
 
 

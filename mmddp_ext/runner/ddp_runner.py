@@ -23,7 +23,7 @@ the plan is computed and applied in :meth:`DDPRunner.from_cfg`:
 import copy
 import os
 import os.path as osp
-from typing import Any, List
+from typing import Any, List, Optional
 
 from mmengine.config import Config
 from mmengine.dist import is_main_process
@@ -33,7 +33,9 @@ from mmengine.runner import Runner
 from ..dist.env import read_dist_env
 from ..dist.launch import init_distributed
 from ..dist.wrapper import ddp_wrapper_cfg
-from ..scaling.apply import apply_plan, plan_for_config
+from ..memory.budget import apply_budget
+from ..scaling.apply import apply_plan, check_runtime_for_config, plan_for_config
+from ..scaling.config import parse_scaling
 
 
 # Added unless the config lists them itself (e.g. with another interval).
@@ -53,6 +55,36 @@ def _world_size(launcher: str) -> int:
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size()
     return read_dist_env(os.environ, launcher).world_size
+
+
+def _init_process_group(launcher: str, cfg: Any) -> None:
+    import torch.distributed as dist
+    if launcher != 'none' and not (dist.is_available() and dist.is_initialized()):
+        dist_cfg = (cfg.get('env_cfg') or {}).get('dist_cfg', {})
+        init_distributed(read_dist_env(os.environ, launcher), dist_cfg.get('backend'),
+                         dist_cfg.get('timeout'))
+
+
+def _measure(cfg: Any, launcher: str, world_size: int) -> Optional[int]:
+    """Apply ``scaling.memory_budget_mib`` and, for ``max_batch_per_device='auto'``, measure
+    the per-device batch that fits on every rank (:mod:`mmddp_ext.runner.probe`)."""
+    import torch
+    scaling = check_runtime_for_config(cfg, torch.cuda.is_available(), launcher != 'none')
+    if scaling.memory_budget_mib is None and not scaling.probe:
+        return None
+    from mmengine.device import get_device
+    device = torch.device(get_device())
+    if device.type == 'cuda' and device.index is None:
+        device = torch.device('cuda', torch.cuda.current_device())
+    budget = apply_budget(scaling.memory_budget_mib, device)
+    if not scaling.probe:
+        return None
+    from .probe import find_max_batch
+    _init_process_group(launcher, cfg)
+    loose = plan_for_config(cfg, world_size, max_batch_per_device=2 ** 31)
+    upper = loose.per_device_batch_size * loose.accumulative_counts
+    return find_max_batch(cfg, world_size, upper, budget, scaling.memory_budget_mib,
+                          device).max_batch
 
 
 @RUNNERS.register_module()
@@ -75,17 +107,20 @@ class DDPRunner(Runner):
         """Plan, apply the plan to a copy of ``cfg``, then build the Runner."""
         cfg = copy.deepcopy(cfg if isinstance(cfg, Config) else Config(cfg))
         launcher = cfg.get('launcher', 'none')
-        plan = plan_for_config(cfg, _world_size(launcher))
+        world_size = _world_size(launcher)
+        if launcher != 'none':
+            import torch
+            local_rank = int(os.environ.get('LOCAL_RANK', 0))
+            cfg.model_wrapper_cfg = ddp_wrapper_cfg(cfg, torch.cuda.is_available(), local_rank,
+                                                    parse_scaling(cfg.get('scaling')).on_oom)
+        measured = _measure(cfg, launcher, world_size)
+        plan = plan_for_config(cfg, world_size, max_batch_per_device=measured)
         changes = apply_plan(cfg, plan)
         hooks = list(cfg.get('custom_hooks') or [])
         for default in DEFAULT_HOOKS:
             if not any(str(h.get('type')).split('.')[-1] == default['type'] for h in hooks):
                 hooks.append(dict(default))
         cfg.custom_hooks = hooks
-        if launcher != 'none':
-            import torch
-            local_rank = int(os.environ.get('LOCAL_RANK', 0))
-            cfg.model_wrapper_cfg = ddp_wrapper_cfg(cfg, torch.cuda.is_available(), local_rank)
         runner = super().from_cfg(cfg)
         runner.scaling_plan = plan
         runner.scaling_changes = changes
@@ -123,9 +158,6 @@ class DDPRunner(Runner):
     def setup_env(self, env_cfg: dict) -> None:
         """Initialise the process group ourselves (gloo on CPU, bounded rendezvous) when the
         entry point did not, then let MMEngine do the rest of its set-up."""
-        import torch.distributed as dist
-        if self.distributed and not (dist.is_available() and dist.is_initialized()):
-            dist_cfg = (env_cfg or {}).get('dist_cfg', {})
-            init_distributed(read_dist_env(os.environ, self.launcher),
-                             dist_cfg.get('backend'), dist_cfg.get('timeout'))
+        if self.distributed:
+            _init_process_group(self.launcher, dict(env_cfg=env_cfg))
         super().setup_env(env_cfg)

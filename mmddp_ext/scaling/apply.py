@@ -16,7 +16,7 @@ import os.path as osp
 from typing import Any, List, Optional
 
 from ..errors import ScalingError
-from .config import parse_scaling
+from .config import ScalingConfig, check_runtime, parse_scaling
 from .plan import ConfigFacts, ScalingPlan, make_plan, scale_iters
 
 ITER_KEYS = ('begin', 'end', 'T_max', 'step_size', 'total_steps')
@@ -49,6 +49,21 @@ def read_facts(cfg: Any, auto_scale_lr_flag: bool = False) -> ConfigFacts:
         auto_scale_lr_base=asl.get('base_batch_size'),
         auto_scale_lr_enable=bool(asl.get('enable', False) or auto_scale_lr_flag),
         lrs=_lrs(optim_wrapper))
+
+
+def check_runtime_for_config(cfg: Any, cuda: bool, distributed: bool) -> ScalingConfig:
+    """Parse ``cfg.scaling`` and check it can be honoured on this run (see
+    :func:`mmddp_ext.scaling.config.check_runtime`).
+
+    Raises:
+        ScalingError: naming the setting and the fix.
+    """
+    try:
+        scaling = parse_scaling(cfg.get('scaling'))
+        check_runtime(scaling, cuda, distributed)
+    except ValueError as e:
+        raise ScalingError(str(e)) from e
+    return scaling
 
 
 def plan_for_config(cfg: Any, world_size: int, auto_scale_lr_flag: bool = False,

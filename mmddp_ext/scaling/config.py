@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
 SCALING_KEYS = ('global_batch_size', 'max_batch_per_device', 'base_batch_size', 'lr_rule',
-                'schedule')
+                'schedule', 'memory_budget_mib', 'on_oom')
 LR_RULES = ('linear', 'sqrt', 'none')
 SCHEDULES = ('keep_samples', 'keep_iters')
+ON_OOM = ('raise', 'microbatch')
 AUTO = 'auto'
 
 
@@ -90,6 +91,13 @@ class ScalingConfig:
         lr_rule: How the LR follows the global batch: ``'linear'``, ``'sqrt'`` or ``'none'``.
         schedule: ``'keep_samples'`` rescales iteration counts so the number of samples seen
             stays the same; ``'keep_iters'`` keeps them as written.
+        memory_budget_mib: Memory each rank may use for training, in MiB. On a CPU it is
+            applied as an address-space limit (so going over it is a real out-of-memory
+            error) and is required by ``max_batch_per_device='auto'``; on a GPU it caps the
+            share of the device's memory this process may use. None: no limit.
+        on_oom: ``'raise'`` (an out-of-memory error stops training) or ``'microbatch'`` (all
+            ranks agree, the step is redone as smaller micro-batches; global batch and LR
+            stay).
     """
 
     global_batch_size: Optional[int] = None
@@ -97,6 +105,8 @@ class ScalingConfig:
     base_batch_size: Optional[int] = None
     lr_rule: str = 'linear'
     schedule: str = 'keep_samples'
+    memory_budget_mib: Optional[int] = None
+    on_oom: str = 'raise'
 
     def __post_init__(self) -> None:
         """Validate every field (see :func:`check_size` and :func:`check_choice`)."""
@@ -105,6 +115,13 @@ class ScalingConfig:
         check_size('scaling.base_batch_size', self.base_batch_size)
         check_choice('scaling.lr_rule', self.lr_rule, LR_RULES)
         check_choice('scaling.schedule', self.schedule, SCHEDULES)
+        check_size('scaling.memory_budget_mib', self.memory_budget_mib)
+        check_choice('scaling.on_oom', self.on_oom, ON_OOM)
+
+    @property
+    def probe(self) -> bool:
+        """Whether the per-device cap is to be measured (``max_batch_per_device='auto'``)."""
+        return self.max_batch_per_device == AUTO
 
 
 def _check_keys(block: Mapping[str, Any]) -> None:
@@ -139,3 +156,23 @@ def parse_scaling(block: Optional[Mapping[str, Any]]) -> ScalingConfig:
                          f'write e.g. scaling = dict(global_batch_size=512)')
     _check_keys(block)
     return ScalingConfig(**{str(key): value for key, value in block.items()})
+
+
+def check_runtime(scaling: ScalingConfig, cuda: bool, distributed: bool) -> None:
+    """Raise ValueError for settings this run cannot honour (checked before any rendezvous).
+
+    Args:
+        scaling: The parsed block.
+        cuda: Whether training runs on a GPU.
+        distributed: Whether a launcher started this run (``launcher != 'none'``).
+    """
+    if scaling.probe and not cuda and scaling.memory_budget_mib is None:
+        raise ValueError("scaling.max_batch_per_device='auto' on a CPU needs a memory budget "
+                         "to measure against (RAM is shared by every process on the host): "
+                         "set scaling.memory_budget_mib, e.g. --cfg-options "
+                         "scaling.memory_budget_mib=4096, or give a number, e.g. "
+                         "scaling.max_batch_per_device=32")
+    if scaling.on_oom == 'microbatch' and not distributed:
+        raise ValueError("scaling.on_oom='microbatch' needs a distributed launch (it replaces "
+                         "the DDP wrapper): start with tools/dist_train.sh CONFIG 1 or "
+                         "--launcher pytorch, or set scaling.on_oom='raise'")

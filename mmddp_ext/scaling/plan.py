@@ -251,13 +251,18 @@ def _recipe_split(scaling: ScalingConfig, facts: ConfigFacts, world_size: int,
 
 def _per_device_split(scaling: ScalingConfig, facts: ConfigFacts, measured: Optional[int],
                       warnings: List[str]) -> Tuple[int, int]:
-    """The config's own batch and accumulation; warns when that batch exceeds a set cap."""
+    """The config's own batch and accumulation; a batch above the cap is split into a smaller
+    per-device batch with more accumulation, keeping the samples per device per step."""
     cap = _resolve_cap(scaling, facts, measured)
-    if cap < facts.batch_size:
-        warnings.append(f'per_device mode keeps train_dataloader.batch_size={facts.batch_size},'
-                        f' above the per-device cap {cap}; set scaling.global_batch_size (or '
-                        f'scaling.base_batch_size) so the batch is split within the cap')
-    return facts.batch_size, facts.accumulative_counts
+    if cap >= facts.batch_size:
+        return facts.batch_size, facts.accumulative_counts
+    per_device, accumulation = best_split(facts.batch_size * facts.accumulative_counts, 1, cap)
+    if 2 * per_device < cap:
+        warnings.append(f'train_dataloader.batch_size={facts.batch_size} × accumulation '
+                        f'{facts.accumulative_counts} is split as per-device batch {per_device} '
+                        f'× accumulation {accumulation} to stay within the per-device cap {cap} '
+                        f'(a batch size with more divisors splits closer to the cap)')
+    return per_device, accumulation
 
 
 def _lr_scale(rule: str, global_batch: int, base: Optional[int], warnings: List[str]) -> float:

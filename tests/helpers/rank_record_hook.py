@@ -19,8 +19,10 @@ class RankRecordHook(Hook):
     def __init__(self, out_dir: str) -> None:
         self.out_dir = out_dir
         self.samples = []
+        self.batch_sizes = []
 
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        self.batch_sizes.append(len(data_batch['data_samples']))
         for sample in data_batch['data_samples']:
             self.samples.append(int(sample.metainfo['id']))
 
@@ -28,7 +30,10 @@ class RankRecordHook(Hook):
         rank, world = get_dist_info()
         os.makedirs(self.out_dir, exist_ok=True)
         keys = ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'GROUP_RANK')
+        model = runner.model.module if hasattr(runner.model, 'module') else runner.model
+        checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
         record = dict(dist_rank=rank, dist_world=world, samples=self.samples,
+                      batch_sizes=self.batch_sizes, param_checksum=checksum,
                       env={k: os.environ.get(k) for k in keys}, pid=os.getpid())
         with open(osp.join(self.out_dir, f'rank{rank}.json'), 'w') as f:
             json.dump(record, f)

@@ -6,7 +6,7 @@ from collections import OrderedDict
 
 import pytest
 
-from mmddp_ext.scaling.config import SCALING_KEYS, ScalingConfig, parse_scaling
+from mmddp_ext.scaling.config import SCALING_KEYS, ScalingConfig, check_runtime, parse_scaling
 
 SCALING_DIR = osp.join(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))),
                        'mmddp_ext', 'scaling')
@@ -105,6 +105,8 @@ def test_max_batch_per_device_only_accepts_auto_string(value):
     ('lr_rule', 1, "'linear', 'sqrt', 'none'"),
     ('schedule', 'x', "'keep_samples', 'keep_iters'"),
     ('schedule', 'keep_iter', "'keep_samples', 'keep_iters'"),
+    ('on_oom', 'micro_batch', "'raise', 'microbatch'"),
+    ('on_oom', True, "'raise', 'microbatch'"),
 ])
 def test_bad_choice_lists_allowed(key, value, allowed):
     with pytest.raises(ValueError, match=re.escape(f'scaling.{key}={value!r}')) as info:
@@ -128,7 +130,37 @@ def test_non_mapping_block(block):
         parse_scaling(block)
 
 
-@pytest.mark.parametrize('module', ['__init__.py', 'config.py', 'plan.py'])
+def test_oom_keys_parse_and_validate():
+    cfg = parse_scaling(dict(max_batch_per_device='auto', memory_budget_mib=2048,
+                             on_oom='microbatch'))
+    assert cfg.probe and cfg.memory_budget_mib == 2048 and cfg.on_oom == 'microbatch'
+    assert not parse_scaling(dict(max_batch_per_device=8)).probe
+    with pytest.raises(ValueError, match=r"scaling\.memory_budget_mib='4G' .*positive int"):
+        parse_scaling(dict(memory_budget_mib='4G'))
+    with pytest.raises(ValueError, match=r"did you mean 'microbatch'\?"):
+        parse_scaling(dict(on_oom='micro_batch'))
+
+
+@pytest.mark.parametrize('block, cuda, distributed, message', [
+    (dict(max_batch_per_device='auto'), False, True, 'scaling.memory_budget_mib=4096'),
+    (dict(on_oom='microbatch'), True, False, 'tools/dist_train.sh CONFIG 1'),
+])
+def test_runtime_check_names_the_fix(block, cuda, distributed, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_runtime(parse_scaling(block), cuda, distributed)
+
+
+@pytest.mark.parametrize('block, cuda, distributed', [
+    (dict(max_batch_per_device='auto'), True, True),        # a GPU measures its own memory
+    (dict(max_batch_per_device='auto', memory_budget_mib=512), False, False),
+    (dict(on_oom='microbatch'), False, True),
+    ({}, False, False),
+])
+def test_runtime_check_accepts(block, cuda, distributed):
+    check_runtime(parse_scaling(block), cuda, distributed)
+
+
+@pytest.mark.parametrize('module', ['__init__.py', 'config.py', 'plan.py', 'search.py'])
 def test_pure_stdlib_imports(module):
     with open(osp.join(SCALING_DIR, module), encoding='utf-8') as f:
         tree = ast.parse(f.read())
@@ -138,5 +170,6 @@ def test_pure_stdlib_imports(module):
             roots.update(alias.name.split('.')[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             roots.add(node.module.split('.')[0])
-    allowed = {'dataclasses', 'math', 'difflib', 're', 'typing', 'itertools'}
+    allowed = {'dataclasses', 'math', 'difflib', 're', 'typing', 'itertools', 'hashlib',
+               'json', 'time'}
     assert roots <= allowed, roots - allowed

@@ -191,10 +191,26 @@ def test_no_small_batch_warning_without_accumulation():
     assert not any('under half the cap' in w for w in plan.warnings)
 
 
-def test_per_device_mode_warns_about_unused_cap():
-    plan = make_plan(ScalingConfig(max_batch_per_device=32), STORY, 1)
-    assert plan.per_device_batch_size == 50
-    assert any('above the per-device cap 32' in w for w in plan.warnings)
+@pytest.mark.parametrize('cap, world, split, global_batch', [
+    (32, 1, (25, 2), 50),     # 50 = 25 × 2: the largest divisor of 50 within the cap
+    (32, 2, (25, 2), 100),    # per device: the global batch follows the world size as always
+    (50, 2, (50, 1), 100),    # at the cap: unchanged
+    (7, 1, (5, 10), 50),
+])
+def test_per_device_mode_splits_above_the_cap(cap, world, split, global_batch):
+    plan = make_plan(ScalingConfig(max_batch_per_device=cap), STORY, world)
+    assert plan.mode == 'per_device'
+    assert (plan.per_device_batch_size, plan.accumulative_counts) == split
+    assert plan.global_batch_size == global_batch
+    assert plan.lr_scale == 1.0    # same samples per step as written
+
+
+def test_per_device_split_uses_a_measured_cap_and_warns_when_far_below_it():
+    plan = make_plan(ScalingConfig(max_batch_per_device='auto'), STORY, 1,
+                     max_batch_per_device=24)
+    assert (plan.per_device_batch_size, plan.accumulative_counts) == (10, 5)
+    assert any('split as per-device batch 10 × accumulation 5' in w and 'cap 24' in w
+               for w in plan.warnings)
 
 
 @pytest.mark.parametrize('value, iter_scale, expected', [

@@ -1,0 +1,225 @@
+"""``MicrobatchDDP``: DDP whose training step survives an out-of-memory error on any rank.
+
+Selected by ``scaling.on_oom='microbatch'`` (:func:`mmddp_ext.dist.wrapper.ddp_wrapper_cfg`).
+A plain DDP step cannot be redone: its backward pass starts gradient all-reduces bucket by
+bucket, so a rank that runs out of memory half-way leaves the others waiting in a collective it
+never joins (on gloo: ``collective mismatch``, then an abort). This wrapper orders a step so
+that the ranks agree *before* any collective of the step:
+
+1. forward and backward of each micro-batch run on the inner model, with no collective;
+   gradients add up locally (the loss of a micro-batch of ``m`` of ``B`` samples is weighted
+   ``m / B``, so the sum is the mean over the batch, as one pass would give);
+2. every rank says whether it ran out of memory (one all-gather of a flag per iteration);
+3. if any rank did, every rank drops the gradients of the current accumulation cycle, restores
+   the buffers (e.g. BatchNorm statistics) as they were at its start, doubles the number of
+   micro-batches and redoes the cycle's batches. The number stays doubled for the rest of the
+   run (no OOM-then-retry on every step), up to one sample per micro-batch;
+4. when the optimizer is due to step, gradients are averaged over ranks (in-place all-reduce
+   of a flat buffer the gradients are views of, :class:`FlatGradients`: nothing is allocated,
+   so nothing can run out of memory between collectives), buffers are broadcast from rank 0
+   if ``broadcast_buffers``, and the optimizer steps: the global batch and the LR are
+   unchanged.
+
+Costs, measured in ``docs/benchmarks.md``: no overlap of communication with backward, and
+DDP's buckets are allocated but unused beside the flat gradients (one extra gradient copy).
+"""
+import gc
+import logging
+from typing import Any, Dict, List, Optional
+
+import torch
+import torch.distributed as dist
+from mmengine.dist import all_gather
+from mmengine.logging import print_log
+from mmengine.model import MMDistributedDataParallel
+from mmengine.registry import MODEL_WRAPPERS
+
+from ..memory.budget import is_oom_error
+from ..scaling.search import batch_length, split_batch
+
+CHUNK_BYTES = 25 * 2 ** 20
+
+
+def _log(message: str) -> None:
+    print_log(f'[mmddp_ext] on_oom=microbatch: {message}', logger='current',
+              level=logging.WARNING)
+
+
+def _free(module: torch.nn.Module) -> None:
+    """Release what a failed attempt left: reference cycles through its traceback's frames
+    and, on a GPU, the caching allocator's free blocks."""
+    gc.collect()
+    if next(module.parameters()).is_cuda:
+        torch.cuda.empty_cache()
+
+
+class FlatGradients:
+    """Every gradient as a view of one flat tensor per (device, dtype), allocated once, as
+    DDP's ``gradient_as_bucket_view`` does: averaging the gradients over ranks then allocates
+    nothing, so it cannot run out of memory half-way through its collectives.
+
+    Args:
+        params: The model's parameters (those without ``requires_grad`` are left alone).
+    """
+
+    def __init__(self, params) -> None:
+        self.params = [p for p in params if p.requires_grad]
+        groups: Dict[Any, List[torch.nn.Parameter]] = {}
+        for p in self.params:
+            groups.setdefault((p.device, p.dtype), []).append(p)
+        self.flats: List[torch.Tensor] = []
+        self.views: List[torch.Tensor] = []
+        by_param = {}
+        for (device, dtype), members in groups.items():
+            flat = torch.zeros(sum(p.numel() for p in members), device=device, dtype=dtype)
+            offset = 0
+            for p in members:
+                by_param[id(p)] = flat[offset:offset + p.numel()].view_as(p)
+                offset += p.numel()
+            self.flats.append(flat)
+        self.views = [by_param[id(p)] for p in self.params]
+        self.attach()
+
+    def attach(self) -> None:
+        """Point every gradient at its view again, keeping its value (code that set a
+        gradient to None or replaced it does not take it out of the average)."""
+        for p, view in zip(self.params, self.views):
+            if p.grad is None:
+                view.zero_()
+            elif p.grad.data_ptr() != view.data_ptr():
+                view.copy_(p.grad)
+            else:
+                continue
+            p.grad = view
+
+    def average(self) -> None:
+        """All-reduce the gradients in place, chunk by chunk, and divide by the world size."""
+        self.attach()
+        world = dist.get_world_size()
+        for flat in self.flats:
+            step = max(1, CHUNK_BYTES // flat.element_size())
+            for start in range(0, flat.numel(), step):
+                dist.all_reduce(flat[start:start + step])
+            flat.div_(world)
+
+
+@MODEL_WRAPPERS.register_module()
+class MicrobatchDDP(MMDistributedDataParallel):
+    """MMEngine's DDP wrapper with an out-of-memory-proof ``train_step`` (module docstring).
+
+    Attributes:
+        micro_batches: Micro-batches per batch (1 until an out-of-memory error).
+        redone: How many times a step was redone.
+    """
+
+    def __init__(self, module, **kwargs) -> None:
+        super().__init__(module=module, **kwargs)
+        self.grads = FlatGradients(self.module.parameters())
+        self.micro_batches = 1
+        self.redone = 0
+        self._pending: List[tuple] = []      # (batch, loss weight) of the current cycle
+        self._done = 0                       # pending batches whose gradients are in place
+        self._saved_buffers: Optional[List[torch.Tensor]] = None
+
+    def _backward(self, loss: torch.Tensor, optim_wrapper, count: bool) -> None:
+        """Backward; only the last micro-batch of the current iteration goes through
+        ``optim_wrapper.backward``, which counts the iteration for gradient accumulation."""
+        if count:
+            optim_wrapper.backward(loss)
+            return
+        scaler = getattr(optim_wrapper, 'loss_scaler', None)  # AmpOptimWrapper
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+
+    def _run(self, optim_wrapper) -> Dict[str, torch.Tensor]:
+        """Forward + backward of every pending batch in micro-batches; the log variables of
+        the current (last) batch."""
+        log_vars: Dict[str, torch.Tensor] = {}
+        for index, (batch, weight) in enumerate(self._pending):
+            if index < self._done:
+                continue  # its gradients are in place already
+            length = batch_length(batch) or 1
+            parts = split_batch(batch, self.micro_batches) if self.micro_batches > 1 else [batch]
+            for number, part in enumerate(parts):
+                share = (batch_length(part) or length) / length
+                with optim_wrapper.optim_context(self):
+                    data = self.module.data_preprocessor(part, training=True)
+                    losses = self.module._run_forward(data, mode='loss')
+                loss, part_vars = self.module.parse_losses(losses)
+                last = index == len(self._pending) - 1 and number == len(parts) - 1
+                self._backward(loss * (share * weight), optim_wrapper, count=last)
+                if index == len(self._pending) - 1:
+                    for key, value in part_vars.items():
+                        log_vars[key] = log_vars.get(key, 0) + value * share
+                del data, losses, loss
+        return log_vars
+
+    def _agree(self, ok: bool) -> List[int]:
+        """The ranks that ran out of memory (the same list on every rank)."""
+        flags = all_gather(torch.tensor([0 if ok else 1], dtype=torch.int64))
+        return [rank for rank, flag in enumerate(flags) if flag.item()]
+
+    def _sync_and_step(self, optim_wrapper) -> None:
+        """Average the gradients over ranks and step. The average allocates nothing; an
+        out-of-memory error in the step (e.g. the optimizer's state, allocated at the first
+        step) is agreed on and stops every rank."""
+        self.grads.average()
+        if self.broadcast_buffers:
+            for buffer in self.module.buffers():
+                dist.broadcast(buffer, 0)
+        error = None
+        try:
+            optim_wrapper.step()
+        except Exception as e:  # noqa: B902 - only out-of-memory errors are agreed on
+            if not is_oom_error(e):
+                raise
+            error = e
+        failed = self._agree(error is None)
+        if failed:
+            raise torch.OutOfMemoryError(
+                f'out of memory on rank(s) {failed} in the optimizer step, after forward and '
+                f'backward fitted: smaller micro-batches cannot help here; raise '
+                f'scaling.memory_budget_mib or use a device with more memory '
+                f'(this rank: {error or "fitted"})')
+        optim_wrapper.zero_grad(set_to_none=False)  # keep the gradients in the flat buffer
+
+    def _redo(self, failed: List[int], batch: int) -> None:
+        if self.micro_batches >= batch:
+            raise torch.OutOfMemoryError(
+                f'out of memory on rank(s) {failed} even with micro-batches of 1 sample '
+                f'(per-device batch {batch}): raise scaling.memory_budget_mib, or use a device '
+                f'with more memory, a smaller model or a smaller input size')
+        self.micro_batches *= 2
+        self.redone += 1
+        sizes = sorted(set(batch_length(b) or 1 for b, _ in self._pending))
+        _log(f'out of memory on rank(s) {failed} during a step; every rank redoes it as '
+             f'{self.micro_batches} micro-batches per batch (per-device batch '
+             f'{"/".join(map(str, sizes))}) with accumulation: global batch and LR '
+             f'unchanged')
+
+    def train_step(self, data, optim_wrapper) -> Dict[str, torch.Tensor]:
+        """One training iteration; see the module docstring."""
+        if not self._pending:
+            self._saved_buffers = [b.detach().clone() for b in self.module.buffers()]
+        self._pending.append((data, float(optim_wrapper.scale_loss(torch.ones(())))))
+        while True:
+            error = None
+            try:
+                log_vars = self._run(optim_wrapper)
+            except Exception as e:  # noqa: B902 - only out-of-memory errors are redone
+                if not is_oom_error(e):
+                    raise
+                error = type(e).__name__
+            failed = self._agree(error is None)
+            if not failed:
+                self._done = len(self._pending)
+                break
+            optim_wrapper.zero_grad(set_to_none=False)
+            self._done = 0
+            _free(self.module)
+            for saved, buffer in zip(self._saved_buffers, self.module.buffers()):
+                buffer.copy_(saved)
+            self._redo(failed, max(batch_length(b) or 1 for b, _ in self._pending))
+        if optim_wrapper.should_update():
+            self._sync_and_step(optim_wrapper)
+            self._pending, self._saved_buffers, self._done = [], None, 0
+        return log_vars

@@ -1,0 +1,120 @@
+"""A per-rank memory budget, and telling out-of-memory errors from other errors.
+
+``scaling.memory_budget_mib`` makes running out of memory real and repeatable:
+
+* on a CPU the budget is an address-space limit (``RLIMIT_AS`` = the process's size now + the
+  budget), so torch's CPU allocator raises ``DefaultCPUAllocator: can't allocate memory`` once
+  it is used up. An existing, tighter limit (``ulimit -v``) is kept. Threads and processes
+  started later (dataloader workers) inherit the limit, measured from their own size. With
+  glibc, blocks of 128 KiB and more are then always mapped and unmapped on their own
+  (``mallopt(M_MMAP_THRESHOLD)``): by default glibc keeps freed large blocks in its heap, so
+  the address space only grows and a failed large step would leave too little for a smaller
+  one (measured: batch 32 out of memory, then even batch 1 failed).
+* on a GPU it caps this process's share of the device
+  (``torch.cuda.set_per_process_memory_fraction``), so the caching allocator raises
+  ``torch.OutOfMemoryError`` above it.
+"""
+import ctypes
+import ctypes.util
+import resource
+from dataclasses import dataclass
+from typing import Optional
+
+import psutil
+import torch
+
+from .oom import is_oom
+
+MIB = 2 ** 20
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The memory one rank may use.
+
+    Attributes:
+        device: ``'cpu'`` or ``'cuda:N'``.
+        nbytes: The budget in bytes (on a GPU without a configured budget: the free memory).
+        how: One line for the log: what is measured and how the limit is enforced.
+    """
+
+    device: str
+    nbytes: int
+    how: str
+
+
+# oneDNN's message when it cannot allocate its workspace; an out-of-memory error only when the
+# address space is limited (otherwise it may mean an unsupported operation).
+ONEDNN_NO_MEMORY = 'could not create a primitive'
+
+
+def _address_space_limited() -> bool:
+    return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
+
+
+def is_oom_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is an out-of-memory error of torch's CUDA or CPU allocator (or of
+    oneDNN's, under an address-space limit)."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    if not isinstance(exc, RuntimeError):
+        return False
+    return is_oom(type(exc).__name__, str(exc)) or (
+        ONEDNN_NO_MEMORY in str(exc) and _address_space_limited())
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
+MMAP_THRESHOLD = 128 * 1024
+
+
+def _map_large_blocks() -> bool:
+    """Make glibc return freed blocks of MMAP_THRESHOLD bytes or more to the system."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6')
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    except (OSError, AttributeError):  # not glibc: keep the allocator as it is
+        return False
+
+
+def _limit_address_space(nbytes: int) -> int:
+    """Set ``RLIMIT_AS`` to the current virtual size + ``nbytes`` (never looser than now);
+    return the room left under the limit."""
+    _map_large_blocks()
+    vms = psutil.Process().memory_info().vms
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = vms + nbytes
+    for existing in (soft, hard):
+        if existing != resource.RLIM_INFINITY:
+            limit = min(limit, existing)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    return max(0, limit - vms)
+
+
+def apply_budget(budget_mib: Optional[int], device: torch.device) -> Optional[Budget]:
+    """Enforce ``budget_mib`` for the rest of this process (see the module docstring).
+
+    Args:
+        budget_mib: The budget in MiB, or None.
+        device: The device this rank trains on.
+
+    Returns:
+        The budget, or None on a CPU without one (there is nothing to measure against).
+    """
+    if device.type == 'cuda':
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        free, total = torch.cuda.mem_get_info(index)
+        name = torch.cuda.get_device_name(index)
+        if budget_mib is None:
+            return Budget(f'cuda:{index}', free, f'GPU memory of cuda:{index} ({name}): '
+                          f'{free / MIB:.0f} MiB free of {total / MIB:.0f} MiB')
+        fraction = min(1.0, budget_mib * MIB / total)
+        torch.cuda.set_per_process_memory_fraction(fraction, index)
+        return Budget(f'cuda:{index}', min(free, budget_mib * MIB),
+                      f'GPU memory of cuda:{index} ({name}), capped at '
+                      f'scaling.memory_budget_mib={budget_mib} ({fraction:.1%} of the device)')
+    if budget_mib is None:
+        return None
+    room = _limit_address_space(budget_mib * MIB)
+    return Budget('cpu', room, f'host memory (CPU run, no GPU measured): an address-space '
+                               f'limit of scaling.memory_budget_mib={budget_mib} MiB above the '
+                               f'process size; other ranks on this host share the same RAM')

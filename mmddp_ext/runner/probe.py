@@ -1,0 +1,205 @@
+"""Measure the largest per-device batch that fits on every rank (``max_batch_per_device='auto'``).
+
+:func:`find_max_batch` runs before the Runner is built, on a model of its own:
+
+1. the model from ``cfg.model`` on this rank's device, wrapped like the Runner will wrap it
+   (DDP's gradient buckets are allocated when DDP is built, so they are in the measurement), the
+   optimizer from ``cfg.optim_wrapper``, and real samples from ``cfg.train_dataloader`` (this
+   rank's part of the sampler's order, through the training pipeline);
+2. every trial is forward + backward + optimizer step on a batch of those samples, run on the
+   inner model so that no collective runs inside it (an out-of-memory error on one rank would
+   leave the ranks' collectives out of step); a reserve of ``MARGIN`` of the budget is held
+   during the trial, so what fits leaves that much free. With DDP the trial's gradients are a
+   copy beside the buckets, which errs on the safe side;
+3. after each trial the ranks agree (MIN over ranks of "it fitted"), so every rank follows the
+   same search (:func:`mmddp_ext.scaling.search.search_max_batch`);
+4. the model is dropped before the Runner builds its own, and the result is stored in
+   ``<work_dir>/batch_probe.json``: a restart with the same model, pipeline, optimizer, device,
+   budget and world size reads it instead of probing again.
+"""
+import copy
+import gc
+import itertools
+import json
+import os
+import os.path as osp
+from typing import Any, List, Optional
+
+import torch
+from mmengine.dist import all_gather, broadcast_object_list, get_rank, is_distributed
+from mmengine.logging import print_log
+from mmengine.optim import build_optim_wrapper
+from mmengine.registry import MODEL_WRAPPERS, MODELS, init_default_scope
+from mmengine.runner import Runner
+
+from ..errors import ScalingError
+from ..memory.budget import Budget, is_oom_error
+from ..scaling.search import (CACHE_FILE, MARGIN, SearchResult, Trial, cache_key, max_trials,
+                              search_max_batch)
+
+
+def _log(message: str) -> None:
+    if get_rank() == 0:
+        print_log(f'[mmddp_ext] batch probe: {message}', logger='current')
+
+
+def _samples(cfg: Any, count: int) -> tuple:
+    """``count`` samples of this rank's share of the training data (repeated if the dataset
+    is smaller), through the training pipeline, and the dataloader's collate function."""
+    loader_cfg = copy.deepcopy(cfg.train_dataloader)
+    loader_cfg.update(batch_size=1, num_workers=0, persistent_workers=False)
+    loader_cfg.pop('prefetch_factor', None)
+    seed = (cfg.get('randomness') or {}).get('seed')
+    loader = Runner.build_dataloader(loader_cfg, seed=seed)
+    indices = list(itertools.islice(itertools.cycle(iter(loader.sampler)), count))
+    return [loader.dataset[i] for i in indices], loader.collate_fn
+
+
+def _empty_cache(device: torch.device) -> None:
+    gc.collect()
+    if device.type == 'cuda':
+        torch.cuda.empty_cache()
+
+
+class _Trials:
+    """The model, optimizer and samples of the probe; ``fits(batch)`` runs one agreed trial.
+
+    Attributes:
+        failed: The ranks that ran out of memory in the last trial (the same on every rank).
+    """
+
+    failed: List[int] = []
+
+    def __init__(self, cfg: Any, device: torch.device, upper: int, reserve: int) -> None:
+        self.device, self.reserve = device, reserve
+        self.samples, self.collate = _samples(cfg, upper)
+        model = MODELS.build(copy.deepcopy(cfg.model)).to(device)
+        model.train()
+        wrapper_cfg = cfg.get('model_wrapper_cfg')
+        if is_distributed() and wrapper_cfg:
+            self.net = MODEL_WRAPPERS.build(copy.deepcopy(dict(wrapper_cfg)),
+                                            default_args=dict(module=model))
+        else:
+            self.net = model
+        self.model = model
+        self.optim_wrapper = build_optim_wrapper(self.net, copy.deepcopy(cfg.optim_wrapper))
+
+    def _step(self, batch: int) -> None:
+        reserve = torch.empty(self.reserve, dtype=torch.uint8, device=self.device)
+        data = self.collate(self.samples[:batch])
+        with self.optim_wrapper.optim_context(self.model):
+            data = self.model.data_preprocessor(data, True)
+            losses = self.model._run_forward(data, mode='loss')
+        loss, _ = self.model.parse_losses(losses)
+        self.optim_wrapper.backward(loss)
+        self.optim_wrapper.step()
+        del reserve, data, losses, loss
+
+    def fits(self, batch: int) -> bool:
+        """One trial at ``batch`` on this rank; whether it fitted on every rank (all ranks
+        gather every rank's answer, so they all return the same)."""
+        ok = True
+        try:
+            self._step(batch)
+        except Exception as e:  # noqa: B902 - only out-of-memory errors are a result
+            if not is_oom_error(e):
+                raise
+            ok = False
+        finally:
+            self.optim_wrapper.zero_grad(set_to_none=True)
+            _empty_cache(self.device)
+        flags = all_gather(torch.tensor([0 if ok else 1], dtype=torch.int64))
+        self.failed = [rank for rank, flag in enumerate(flags) if flag.item()]
+        return not self.failed
+
+    def close(self) -> None:
+        """Drop everything the probe built, before the Runner builds its own."""
+        self.net = self.model = self.optim_wrapper = self.samples = None
+        _empty_cache(self.device)
+
+
+def _cache_facts(cfg: Any, world_size: int, upper: int, device: torch.device,
+                 budget_mib: Optional[int]) -> dict:
+    hardware = 'cpu'
+    if device.type == 'cuda':
+        props = torch.cuda.get_device_properties(device)
+        hardware = f'{props.name} {props.total_memory}'
+    return dict(model=cfg.model, dataset=cfg.train_dataloader.get('dataset'),
+                collate=cfg.train_dataloader.get('collate_fn'), optim=cfg.optim_wrapper,
+                wrapper=cfg.get('model_wrapper_cfg'), world_size=world_size, upper=upper,
+                hardware=hardware, budget_mib=budget_mib, margin=MARGIN,
+                torch=torch.__version__)
+
+
+def _read_cache(path: str, key: str) -> Optional[SearchResult]:
+    """Rank 0 reads ``path``; every rank gets the same answer."""
+    found: List[Optional[dict]] = [None]
+    if get_rank() == 0 and osp.isfile(path):
+        try:
+            with open(path) as f:
+                stored = json.load(f)
+            found[0] = stored['result'] if stored.get('key') == key else None
+        except (OSError, ValueError, KeyError, TypeError):
+            found[0] = None  # unreadable: measure again
+    broadcast_object_list(found)
+    return SearchResult.from_dict(found[0]) if found[0] else None
+
+
+def _write_cache(path: str, key: str, result: SearchResult, how: str) -> None:
+    if get_rank() != 0:
+        return
+    os.makedirs(osp.dirname(path) or '.', exist_ok=True)
+    part = f'{path}.part'
+    with open(part, 'w') as f:
+        json.dump(dict(key=key, measured=how, margin=MARGIN, result=result.to_dict()), f,
+                  indent=1)
+    os.replace(part, path)
+
+
+def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget,
+                   budget_mib: Optional[int], device: torch.device) -> SearchResult:
+    """The largest per-device batch in ``1..upper`` that fits on every rank.
+
+    Args:
+        cfg: The config (model, optimizer, train dataloader, wrapper, work_dir).
+        world_size: Number of ranks (part of the cache key).
+        upper: The largest batch worth trying: samples per device per optimizer step.
+        budget: What is measured (from :func:`mmddp_ext.memory.budget.apply_budget`).
+        budget_mib: ``scaling.memory_budget_mib`` (part of the cache key).
+        device: This rank's device.
+
+    Raises:
+        ScalingError: when not even one sample per device fits.
+    """
+    init_default_scope(cfg.get('default_scope', 'mmengine'))
+    work_dir = cfg.get('work_dir')
+    path = osp.join(work_dir, CACHE_FILE) if work_dir else None
+    key = cache_key(_cache_facts(cfg, world_size, upper, device, budget_mib))
+    result = _read_cache(path, key) if path else None
+    if result is not None:
+        _log(f'per-device batch {result.max_batch} fits on every rank (measured before, read '
+             f'from {path}; delete it to measure again)')
+        return result
+    _log(f'measuring {budget.how}; {MARGIN:.0%} of {budget.nbytes / 2 ** 20:.0f} MiB is kept '
+         f'free during each trial; at most {max_trials(upper)} trials of forward + backward + '
+         f'optimizer step, per-device batch up to {upper}')
+    trials = _Trials(cfg, device, upper, int(MARGIN * budget.nbytes))
+
+    def progress(number: int, trial: Trial) -> None:
+        verdict = ('fits on every rank' if trial.fits
+                   else f'out of memory on rank(s) {trials.failed}')
+        _log(f'trial {number}: per-device batch {trial.batch}: {verdict} ({trial.seconds:.1f} s)')
+
+    try:
+        result = search_max_batch(upper, trials.fits, progress)
+    finally:
+        trials.close()
+    if result.max_batch == 0:
+        raise ScalingError(f'not even a per-device batch of 1 fits ({budget.how}, {MARGIN:.0%} '
+                           f'kept free): raise scaling.memory_budget_mib, use a smaller input '
+                           f'size or model, or train on a device with more memory')
+    _log(f'per-device batch {result.max_batch} fits on every rank ({len(result.trials)} trials, '
+         f'{result.seconds:.1f} s)')
+    if path:
+        _write_cache(path, key, result, budget.how)
+    return result

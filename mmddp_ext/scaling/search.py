@@ -1,0 +1,179 @@
+"""Find the largest per-device batch that fits, and split batches into micro-batches (pure).
+
+:func:`search_max_batch` is the search behind ``scaling.max_batch_per_device='auto'``. It knows
+nothing of torch or of ranks: ``fits(batch)`` runs one trial and returns the answer *all ranks
+agreed on* (the MIN over ranks of "it fitted"), so every rank sees the same answers and takes
+the same path. The first trial is the largest useful batch (often it fits: one trial); after
+that a bisection between the largest batch known to fit and the smallest known to fail, so at
+most ``1 + ceil(log2(upper))`` trials are run.
+
+:func:`cache_key` names what a measured result depends on, so a restarted run reuses it and a
+changed model, input pipeline, device or budget measures again. :func:`micro_batch_sizes`
+splits a batch for ``scaling.on_oom='microbatch'``. Pure standard library.
+"""
+import hashlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, List, Mapping, Optional, Tuple
+
+CACHE_FILE = 'batch_probe.json'
+MARGIN = 0.1
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial of the search: the per-device batch, whether it fitted on every rank and
+    how long it took (seconds)."""
+
+    batch: int
+    fits: bool
+    seconds: float
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The outcome of :func:`search_max_batch`.
+
+    Attributes:
+        max_batch: The largest per-device batch that fitted on every rank (0: none did).
+        upper: The largest batch that was worth trying.
+        trials: Every trial, in order.
+    """
+
+    max_batch: int
+    upper: int
+    trials: Tuple[Trial, ...] = field(default_factory=tuple)
+
+    @property
+    def seconds(self) -> float:
+        """Time spent in trials."""
+        return sum(t.seconds for t in self.trials)
+
+    def to_dict(self) -> dict:
+        """JSON-ready."""
+        out = asdict(self)
+        out['trials'] = [asdict(t) for t in self.trials]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> 'SearchResult':
+        """Inverse of :meth:`to_dict`."""
+        return cls(int(data['max_batch']), int(data['upper']),
+                   tuple(Trial(int(t['batch']), bool(t['fits']), float(t['seconds']))
+                         for t in data.get('trials', ())))
+
+
+def max_trials(upper: int) -> int:
+    """The most trials :func:`search_max_batch` runs for ``upper``: ``1 + ceil(log2(upper))``."""
+    return 1 + math.ceil(math.log2(upper)) if upper > 1 else 1
+
+
+def search_max_batch(upper: int, fits: Callable[[int], bool],
+                     progress: Optional[Callable[[int, Trial], None]] = None,
+                     clock: Callable[[], float] = time.monotonic) -> SearchResult:
+    """The largest batch in ``1..upper`` for which ``fits`` is true.
+
+    Assumes that a batch that fits means every smaller one fits too (memory grows with the
+    batch).
+
+    Args:
+        upper: The largest batch worth trying (the samples per device per optimizer step).
+        fits: Runs one trial; must return the answer agreed by all ranks.
+        progress: Called after every trial with ``(trial number, trial)``.
+        clock: Seconds, for the trials' durations.
+
+    Returns:
+        The result; ``max_batch`` is 0 when not even a batch of 1 fitted.
+
+    Raises:
+        ValueError: if ``upper`` is not a positive int.
+    """
+    if not isinstance(upper, int) or isinstance(upper, bool) or upper < 1:
+        raise ValueError(f'upper={upper!r} must be a positive int: the largest per-device '
+                         f'batch worth trying, e.g. 64')
+    trials: List[Trial] = []
+
+    def run(batch: int) -> bool:
+        start = clock()
+        ok = bool(fits(batch))
+        trials.append(Trial(batch, ok, round(clock() - start, 3)))
+        if progress is not None:
+            progress(len(trials), trials[-1])
+        return ok
+
+    if run(upper):
+        return SearchResult(upper, upper, tuple(trials))
+    good, bad = 0, upper
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        if run(middle):
+            good = middle
+        else:
+            bad = middle
+    return SearchResult(good, upper, tuple(trials))
+
+
+def cache_key(facts: Mapping[str, Any]) -> str:
+    """A stable digest of what a measured batch depends on (model, pipeline, optimizer,
+    device, budget, margin, world size, ...). Values must be JSON-serialisable (others are
+    turned into strings)."""
+    text = json.dumps(facts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def micro_batch_sizes(batch: int, parts: int) -> List[int]:
+    """Split ``batch`` samples into ``min(parts, batch)`` micro-batches as even as possible,
+    larger ones first: ``micro_batch_sizes(10, 4) == [3, 3, 2, 2]``."""
+    if batch < 1 or parts < 1:
+        raise ValueError(f'batch={batch!r} and parts={parts!r} must be positive ints')
+    parts = min(parts, batch)
+    size, extra = divmod(batch, parts)
+    return [size + 1] * extra + [size] * (parts - extra)
+
+
+def batch_length(data: Any) -> Optional[int]:
+    """The number of samples in a collated batch: the length of its first sequence or tensor
+    (``{'inputs': [...], 'data_samples': [...]}`` from ``pseudo_collate``, or stacked tensors
+    from ``default_collate``); None when there is none."""
+    if isinstance(data, Mapping):
+        for value in data.values():
+            length = batch_length(value)
+            if length is not None:
+                return length
+        return None
+    if isinstance(data, (str, bytes)):
+        return None
+    if isinstance(data, (list, tuple)) or hasattr(data, 'shape'):
+        return len(data)
+    return None
+
+
+def slice_batch(data: Any, start: int, stop: int, length: int) -> Any:
+    """Samples ``start:stop`` of a collated batch of ``length`` samples: every sequence or
+    tensor of that length is sliced, everything else is kept as it is."""
+    if isinstance(data, Mapping):
+        return type(data)((k, slice_batch(v, start, stop, length)) for k, v in data.items())
+    if isinstance(data, (str, bytes)):
+        return data
+    if (isinstance(data, (list, tuple)) or hasattr(data, 'shape')) and len(data) == length:
+        return data[start:stop]
+    return data
+
+
+def split_batch(data: Any, parts: int) -> List[Any]:
+    """A collated batch as ``parts`` micro-batches (see :func:`micro_batch_sizes`).
+
+    Raises:
+        ValueError: when the batch holds no sequence or tensor to split.
+    """
+    length = batch_length(data)
+    if length is None:
+        raise ValueError(f'cannot split a batch of type {type(data).__name__} into '
+                         f'micro-batches: expected a dict of sequences or tensors')
+    out, start = [], 0
+    for size in micro_batch_sizes(length, parts):
+        out.append(slice_batch(data, start, start + size, length))
+        start += size
+    return out

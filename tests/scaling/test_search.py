@@ -1,0 +1,82 @@
+"""The batch search, its cache key and micro-batch splitting (pure, table-tested)."""
+import math
+
+import pytest
+import torch
+
+from mmddp_ext.scaling.search import (SearchResult, Trial, batch_length, cache_key, max_trials,
+                                      micro_batch_sizes, search_max_batch, split_batch)
+
+UPPERS = [1, 2, 3, 7, 16, 17, 64, 100, 512]
+
+
+@pytest.mark.parametrize('upper', UPPERS)
+def test_finds_the_largest_fitting_batch_within_the_trial_bound(upper):
+    for limit in range(0, upper + 1):
+        tried = []
+        result = search_max_batch(upper, lambda b: tried.append(b) or b <= limit)
+        assert result.max_batch == limit
+        assert tried[0] == upper                      # the common case costs one trial
+        assert len(tried) <= max_trials(upper) <= math.ceil(math.log2(upper)) + 2
+        assert [t.batch for t in result.trials] == tried
+        assert [t.fits for t in result.trials] == [b <= limit for b in tried]
+
+
+def test_every_rank_follows_the_same_path_given_the_agreed_answers():
+    # two ranks with different limits; fits() returns the MIN, as the probe's gather does
+    limits = {0: 40, 1: 23}
+    paths = {}
+    for rank in limits:
+        seen = []
+        res = search_max_batch(64, lambda b: seen.append(b) or all(b <= v for v in
+                                                                   limits.values()))
+        paths[rank] = (seen, res.max_batch)
+    assert paths[0] == paths[1] and paths[0][1] == 23
+
+
+def test_progress_is_reported_after_every_trial():
+    calls = []
+    ticks = iter(range(100))
+    result = search_max_batch(8, lambda b: b <= 5, lambda n, t: calls.append((n, t)),
+                              clock=lambda: float(next(ticks)))
+    assert [n for n, _ in calls] == list(range(1, len(result.trials) + 1))
+    assert all(t.seconds == 1.0 for _, t in calls) and result.seconds == len(calls)
+
+
+@pytest.mark.parametrize('bad', [0, -1, 2.0, '8', True, None])
+def test_bad_upper_is_named(bad):
+    with pytest.raises(ValueError, match=r'upper=.*positive int'):
+        search_max_batch(bad, lambda b: True)
+
+
+def test_result_round_trips_through_json_dict():
+    result = SearchResult(12, 32, (Trial(32, False, 1.5), Trial(16, False, 0.5),
+                                   Trial(8, True, 0.25), Trial(12, True, 0.3)))
+    assert SearchResult.from_dict(result.to_dict()) == result
+
+
+def test_cache_key_is_stable_and_changes_with_what_matters():
+    facts = dict(model=dict(type='TopdownPoseEstimator', depth=18), budget_mib=1000, world=2)
+    assert cache_key(facts) == cache_key(dict(reversed(list(facts.items()))))
+    for key, value in [('budget_mib', 2000), ('world', 4), ('model', dict(depth=50))]:
+        assert cache_key({**facts, key: value}) != cache_key(facts)
+
+
+@pytest.mark.parametrize('batch, parts, sizes', [
+    (10, 4, [3, 3, 2, 2]), (16, 2, [8, 8]), (3, 8, [1, 1, 1]), (1, 1, [1]), (7, 1, [7])])
+def test_micro_batch_sizes(batch, parts, sizes):
+    assert micro_batch_sizes(batch, parts) == sizes and sum(sizes) == batch
+
+
+def test_split_batch_slices_sample_lists_and_tensors_alike():
+    pseudo = dict(inputs=[torch.full((3, 2, 2), i) for i in range(5)],
+                  data_samples=[f's{i}' for i in range(5)], meta='kept')
+    parts = split_batch(pseudo, 2)
+    assert [batch_length(p) for p in parts] == [3, 2]
+    assert parts[1]['data_samples'] == ['s3', 's4'] and parts[1]['meta'] == 'kept'
+    stacked = dict(inputs=torch.arange(10).reshape(5, 2), data_samples=list('abcde'))
+    first, second = split_batch(stacked, 2)
+    assert first['inputs'].tolist() == [[0, 1], [2, 3], [4, 5]] and second['data_samples'] == [
+        'd', 'e']
+    with pytest.raises(ValueError, match='cannot split a batch of type int'):
+        split_batch(3, 2)
