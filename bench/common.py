@@ -64,7 +64,8 @@ def _poll(root_pid: int, peaks: Dict[str, float], stop: threading.Event) -> None
 
 def watch(cmd: List[str], timeout: float = 900, env: Optional[dict] = None) -> dict:
     """Run ``cmd`` in the repository root; return rc, seconds, time to the first training
-    iteration, per-rank peak RSS (MiB, polled) and, on failure, the first exception line."""
+    iteration, per-rank peak RSS (MiB, polled), on failure the first exception line, and the
+    whole output under ``log`` (pop it before saving)."""
     full = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1',
                 PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
     full.update(env or {})
@@ -89,7 +90,8 @@ def watch(cmd: List[str], timeout: float = 900, env: Optional[dict] = None) -> d
     return dict(rc=proc.returncode, seconds=round(time.monotonic() - t0, 2),
                 first_iter_s=None if first is None else round(first, 2),
                 peak_rss_mib={k: round(v, 1) for k, v in sorted(peaks.items())},
-                error=errors[0][:300] if proc.returncode and errors else None)
+                error=errors[0][:300] if proc.returncode and errors else None,
+                log=''.join(lines))
 
 
 def iteration_times(work_dir: str, skip: int = 3) -> List[float]:

@@ -81,6 +81,7 @@ def run_training(args, data: str) -> dict:
         for name, (build, global_batch) in table.items():
             work = tempfile.mkdtemp(prefix=f'mmddp_{name}_')
             r = watch(build(work))
+            r.pop('log')
             times = iteration_times(work)
             r.update(iter_time=spread(times), global_batch=global_batch,
                      samples_per_s=round(global_batch / statistics.median(times), 2)
@@ -97,6 +98,7 @@ def run_launch(args, data: str) -> dict:
     for rep in range(args.reps):
         for name, build in table.items():
             r = watch(build(tempfile.mkdtemp(prefix='mmddp_launch_')), timeout=300)
+            r.pop('log')
             runs[name].append(r)
             print(f'rep {rep + 1}/{args.reps} {name:26s} rc {r["rc"]} first iteration after '
                   f'{r["first_iter_s"]} s', flush=True)

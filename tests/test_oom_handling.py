@@ -1,29 +1,15 @@
 """Batch finding (``max_batch_per_device='auto'``) and ``on_oom='microbatch'`` with real
-out-of-memory errors: 2 gloo processes, one of them under a tighter address-space limit."""
+out-of-memory errors: 2 gloo processes, one of them under a tighter address-space limit, on
+the demo at 128×128 input (activations grow with the batch enough to matter on a CPU)."""
 import json
 import os.path as osp
 import re
 
 import pytest
 
-from conftest import (DEMO_CONFIG, PYTHON, check_ok, demo_options, read_records, run)
+from conftest import DEMO_CONFIG, PYTHON, ROOT, check_ok, demo_options, read_records, run
 
-# The demo at 128×128 input: activations grow with the batch enough to matter on a CPU.
-DEMO_128 = '''_base_ = [{base!r}]
-custom_imports = dict(imports={imports!r}, allow_failed_imports=False)
-codec = dict(type='MSRAHeatmap', input_size=(128, 128), heatmap_size=(32, 32), sigma=2)
-model = dict(head=dict(decoder=codec))
-_pipeline = [
-    dict(type='LoadImage'),
-    dict(type='GetBBoxCenterScale'),
-    dict(type='TopdownAffine', input_size=codec['input_size']),
-]
-train_dataloader = dict(dataset=dict(pipeline=_pipeline + [
-    dict(type='GenerateTarget', encoder=codec), dict(type='PackPoseInputs')]))
-val_dataloader = dict(dataset=dict(pipeline=_pipeline + [dict(type='PackPoseInputs')]))
-test_dataloader = val_dataloader
-custom_hooks = {hooks}
-'''
+DEMO_128 = osp.join(ROOT, 'configs', 'demo', 'td-hm_res18_1xb32-30e_demo-128x128.py')
 
 
 def _config(tmp_path, record_dir, modules=(), hooks=''):
@@ -32,7 +18,9 @@ def _config(tmp_path, record_dir, modules=(), hooks=''):
     hook_list = f"[dict(type='RankRecordHook', out_dir={record_dir!r}), {hooks}]"
     path = osp.join(str(tmp_path), 'demo128.py')
     with open(path, 'w') as f:
-        f.write(DEMO_128.format(base=DEMO_CONFIG, imports=imports, hooks=hook_list))
+        f.write(f'_base_ = [{DEMO_128!r}]\n'
+                f'custom_imports = dict(imports={imports!r}, allow_failed_imports=False)\n'
+                f'custom_hooks = {hook_list}\n')
     return path
 
 

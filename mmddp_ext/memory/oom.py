@@ -77,6 +77,9 @@ def oom_advice(record: Mapping[str, Any]) -> List[str]:
              f'batch {global_batch} ({how})',
              f'fix: --cfg-options scaling.max_batch_per_device={per_device}   (DDPRunner), or '
              f'train_dataloader.batch_size={per_device} optim_wrapper.accumulative_counts={k}']
+    lines.append('or: scaling.max_batch_per_device=auto measures the batch that fits on every '
+                 'rank before training (on a CPU with scaling.memory_budget_mib), and '
+                 'scaling.on_oom=microbatch redoes such a step as smaller micro-batches')
     if record.get('gradient_as_bucket_view') is False:
         lines.append('also: gradient_as_bucket_view is off: DDP keeps a second copy of the '
                      'gradients; model_wrapper_cfg.gradient_as_bucket_view=True saves it')

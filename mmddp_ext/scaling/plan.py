@@ -342,6 +342,10 @@ def make_plan(scaling: ScalingConfig, facts: ConfigFacts, world_size: int,
     check_size('max_batch_per_device', max_batch_per_device)
     base = _resolve_base(scaling, facts)
     warnings: List[str] = []
+    if scaling.probe and max_batch_per_device is None:
+        warnings.append(f"scaling.max_batch_per_device='auto' is measured when training starts; "
+                        f"until then this plan assumes the config's batch_size "
+                        f"{facts.batch_size} as the per-device cap")
     if scaling.global_batch_size is None and (base[0] is None or facts.auto_scale_lr_enable):
         mode = 'per_device'
         per_device, accumulation = _per_device_split(scaling, facts, max_batch_per_device,

@@ -337,3 +337,14 @@ def test_bad_measured_cap(measured):
 def test_bad_facts(kwargs, key):
     with pytest.raises(ValueError, match=re.escape(key)):
         ConfigFacts('x.py', **kwargs)
+
+
+def test_unmeasured_auto_cap_is_said_and_measured_cap_is_used():
+    scaling = ScalingConfig(global_batch_size=64, max_batch_per_device='auto')
+    guess = make_plan(scaling, STORY, 2)
+    assert (guess.per_device_batch_size, guess.accumulative_counts) == (32, 1)
+    assert any("'auto' is measured when training starts" in w for w in guess.warnings)
+    measured = make_plan(scaling, STORY, 2, max_batch_per_device=12)
+    assert (measured.per_device_batch_size, measured.accumulative_counts) == (8, 4)
+    assert measured.global_batch_size == 64 and measured.lr_scale == guess.lr_scale
+    assert not any("'auto'" in w for w in measured.warnings)
