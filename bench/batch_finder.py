@@ -34,7 +34,9 @@ def variants(data: str, epochs: int) -> dict:
     limited = osp.join(tempfile.mkdtemp(prefix='mmddp_finder_'), 'limited.py')
     with open(limited, 'w') as f:
         f.write(LIMITED.format(base=CONFIG))
-    base = data_options(data, epochs) + ['scaling.global_batch_size=64']
+    # training only: the last epoch's validation (batch 32, not probed) is skipped
+    base = data_options(data, epochs) + ['scaling.global_batch_size=64',
+                                         f'train_cfg.val_begin={epochs + 1}']
     auto = ['scaling.max_batch_per_device=auto', 'scaling.memory_budget_mib=3000']
     tight = dict(MMDDP_TEST_LIMIT='1:1230')
     return {

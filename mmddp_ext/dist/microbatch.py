@@ -93,7 +93,8 @@ class FlatGradients:
             p.grad = view
 
     def average(self) -> None:
-        """All-reduce the gradients in place, chunk by chunk, and divide by the world size."""
+        """All-reduce the gradients in place, chunk by chunk, and divide by the world size.
+        All ranks must call this."""
         self.attach()
         world = dist.get_world_size()
         for flat in self.flats:
@@ -197,7 +198,16 @@ class MicrobatchDDP(MMDistributedDataParallel):
              f'unchanged')
 
     def train_step(self, data, optim_wrapper) -> Dict[str, torch.Tensor]:
-        """One training iteration; see the module docstring."""
+        """One training iteration; see the module docstring. All ranks must call this (it
+        runs one all-gather per iteration, and the gradient average when the optimizer is due).
+
+        Args:
+            data: The batch from the dataloader (a dict of sample lists or tensors).
+            optim_wrapper: The runner's optimizer wrapper (accumulation, AMP, clipping).
+
+        Returns:
+            The log variables of the batch (micro-batch values weighted by their size).
+        """
         if not self._pending:
             self._saved_buffers = [b.detach().clone() for b in self.module.buffers()]
         self._pending.append((data, float(optim_wrapper.scale_loss(torch.ones(())))))

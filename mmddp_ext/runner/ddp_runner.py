@@ -7,18 +7,22 @@ the plan is computed and applied in :meth:`DDPRunner.from_cfg`:
 
 1. the world size comes from the initialised process group, else from the launcher's
    environment (validated by :mod:`mmddp_ext.dist.env`);
-2. the ``scaling`` block is parsed and planned (:mod:`mmddp_ext.scaling`) and applied to a copy
-   of the config; ``auto_scale_lr.enable`` is switched off afterwards because the plan already
-   includes MMEngine's rule (with accumulation) — so there is no double scaling;
+2. the ``scaling`` block is parsed; ``memory_budget_mib`` is enforced and, with
+   ``max_batch_per_device='auto'``, the per-device batch that fits on every rank is measured
+   (:mod:`mmddp_ext.runner.probe`); then the block is planned (:mod:`mmddp_ext.scaling`) and
+   applied to a copy of the config; ``auto_scale_lr.enable`` is switched off afterwards
+   because the plan already includes MMEngine's rule (with accumulation) — so there is no
+   double scaling;
 3. a :class:`~mmddp_ext.hooks.ScalingHook` (logs the plan, stores it in checkpoints,
    reconciles a resume on another world size) and a
    :class:`~mmddp_ext.hooks.RankMemoryHook` (``interval=50``) are added unless the config's
    ``custom_hooks`` list them already;
 4. checkpoints are written atomically (temporary file, fsync, rename) and resumed with
    ``map_location='cpu'``;
-5. distributed runs get the lean DDP wrapper (:func:`mmddp_ext.dist.wrapper.ddp_wrapper_cfg`)
-   and, if nobody initialised the process group yet (e.g. MMDetection's ``tools/train.py``),
-   it is initialised here — gloo on CPU, where MMEngine's CUDA-only ``init_dist`` fails.
+5. distributed runs get the lean DDP wrapper (:func:`mmddp_ext.dist.wrapper.ddp_wrapper_cfg`;
+   :class:`~mmddp_ext.dist.microbatch.MicrobatchDDP` with ``on_oom='microbatch'``) and, if
+   nobody initialised the process group yet (e.g. MMDetection's ``tools/train.py``), it is
+   initialised here — gloo on CPU, where MMEngine's CUDA-only ``init_dist`` fails.
 """
 import copy
 import os
@@ -35,7 +39,7 @@ from ..dist.launch import init_distributed
 from ..dist.wrapper import ddp_wrapper_cfg
 from ..memory.budget import apply_budget
 from ..scaling.apply import apply_plan, check_runtime_for_config, plan_for_config
-from ..scaling.config import parse_scaling
+from ..scaling.config import ScalingConfig
 
 
 # Added unless the config lists them itself (e.g. with another interval).
@@ -65,13 +69,13 @@ def _init_process_group(launcher: str, cfg: Any) -> None:
                          dist_cfg.get('timeout'))
 
 
-def _measure(cfg: Any, launcher: str, world_size: int) -> Optional[int]:
+def _measure(cfg: Any, scaling: ScalingConfig, launcher: str,
+             world_size: int) -> Optional[int]:
     """Apply ``scaling.memory_budget_mib`` and, for ``max_batch_per_device='auto'``, measure
     the per-device batch that fits on every rank (:mod:`mmddp_ext.runner.probe`)."""
-    import torch
-    scaling = check_runtime_for_config(cfg, torch.cuda.is_available(), launcher != 'none')
     if scaling.memory_budget_mib is None and not scaling.probe:
         return None
+    import torch
     from mmengine.device import get_device
     device = torch.device(get_device())
     if device.type == 'cuda' and device.index is None:
@@ -108,12 +112,13 @@ class DDPRunner(Runner):
         cfg = copy.deepcopy(cfg if isinstance(cfg, Config) else Config(cfg))
         launcher = cfg.get('launcher', 'none')
         world_size = _world_size(launcher)
+        import torch
+        scaling = check_runtime_for_config(cfg, torch.cuda.is_available(), launcher != 'none')
         if launcher != 'none':
-            import torch
             local_rank = int(os.environ.get('LOCAL_RANK', 0))
             cfg.model_wrapper_cfg = ddp_wrapper_cfg(cfg, torch.cuda.is_available(), local_rank,
-                                                    parse_scaling(cfg.get('scaling')).on_oom)
-        measured = _measure(cfg, launcher, world_size)
+                                                    scaling.on_oom)
+        measured = _measure(cfg, scaling, launcher, world_size)
         plan = plan_for_config(cfg, world_size, max_batch_per_device=measured)
         changes = apply_plan(cfg, plan)
         hooks = list(cfg.get('custom_hooks') or [])

@@ -97,7 +97,7 @@ class _Trials:
 
     def fits(self, batch: int) -> bool:
         """One trial at ``batch`` on this rank; whether it fitted on every rank (all ranks
-        gather every rank's answer, so they all return the same)."""
+        gather every rank's answer, so they all return the same). All ranks must call this."""
         ok = True
         try:
             self._step(batch)
@@ -158,7 +158,8 @@ def _write_cache(path: str, key: str, result: SearchResult, how: str) -> None:
 
 def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget,
                    budget_mib: Optional[int], device: torch.device) -> SearchResult:
-    """The largest per-device batch in ``1..upper`` that fits on every rank.
+    """The largest per-device batch in ``1..upper`` that fits on every rank. All ranks must
+    call this.
 
     Args:
         cfg: The config (model, optimizer, train dataloader, wrapper, work_dir).
