@@ -4,7 +4,7 @@ Runs the 128×128 demo on 2 gloo processes, global batch 64, one after the other
 
 * ``fixed``: per-device batch 16 as set (``scaling.max_batch_per_device=16``), no probe;
 * ``auto``: ``max_batch_per_device='auto'``, 3000 MiB per rank: the first trial (32) fits;
-* ``auto_tight``: the same with rank 1 limited to 1230 MiB from start-up (a smaller device):
+* ``auto_tight``: the same with rank 1 limited to 1030 MiB from start-up (a smaller device):
   a full search;
 * ``auto_cached``: ``auto_tight`` again in the same work_dir: the stored result is read;
 * ``microbatch_off`` / ``microbatch_on``: per-device 16 without and with
@@ -38,7 +38,7 @@ def variants(data: str, epochs: int) -> dict:
     base = data_options(data, epochs) + ['scaling.global_batch_size=64',
                                          f'train_cfg.val_begin={epochs + 1}']
     auto = ['scaling.max_batch_per_device=auto', 'scaling.memory_budget_mib=3000']
-    tight = dict(MMDDP_TEST_LIMIT='1:1230')
+    tight = dict(MMDDP_TEST_LIMIT='1:1030')
     return {
         'fixed': (CONFIG, base + ['scaling.max_batch_per_device=16'], None),
         'auto': (CONFIG, base + auto, None),

@@ -9,13 +9,17 @@
   glibc, blocks of 128 KiB and more are then always mapped and unmapped on their own
   (``mallopt(M_MMAP_THRESHOLD)``): by default glibc keeps freed large blocks in its heap, so
   the address space only grows and a failed large step would leave too little for a smaller
-  one (measured: batch 32 out of memory, then even batch 1 failed).
+  one (measured: batch 32 out of memory, then even batch 1 failed). Threads started later
+  share glibc's existing heaps (``M_ARENA_MAX``; each new heap reserves 64 MiB), and
+  oneDNN's cache of kernels per input shape is off (``ONEDNN_PRIMITIVE_CACHE_CAPACITY=0``,
+  unless set): with these, the address space follows the memory in use (same step time).
 * on a GPU it caps this process's share of the device
   (``torch.cuda.set_per_process_memory_fraction``), so the caching allocator raises
   ``torch.OutOfMemoryError`` above it.
 """
 import ctypes
 import ctypes.util
+import os
 import resource
 from dataclasses import dataclass
 from typing import Optional
@@ -63,15 +67,18 @@ def is_oom_error(exc: BaseException) -> bool:
         ONEDNN_NO_MEMORY in str(exc) and _address_space_limited())
 
 
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
+M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc's mallopt parameter numbers
 MMAP_THRESHOLD = 128 * 1024
 
 
 def _map_large_blocks() -> bool:
-    """Make glibc return freed blocks of MMAP_THRESHOLD bytes or more to the system."""
+    """Make glibc return freed blocks of MMAP_THRESHOLD bytes or more to the system, and
+    let threads started from now on share the existing heaps (each new heap reserves 64 MiB
+    of address space, which the limit would count as used)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6')
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+                    and libc.mallopt(M_ARENA_MAX, 1))
     except (OSError, AttributeError):  # not glibc: keep the allocator as it is
         return False
 
@@ -80,6 +87,10 @@ def _limit_address_space(nbytes: int) -> int:
     """Set ``RLIMIT_AS`` to the current virtual size + ``nbytes`` (never looser than now);
     return the room left under the limit."""
     _map_large_blocks()
+    # oneDNN keeps kernels and buffers for every input shape it has seen (measured: 36 MiB
+    # more address space per batch size tried); without its cache every trial and step
+    # starts from the same memory. Read by oneDNN when it first runs; a user's value wins.
+    os.environ.setdefault('ONEDNN_PRIMITIVE_CACHE_CAPACITY', '0')
     vms = psutil.Process().memory_info().vms
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     limit = vms + nbytes

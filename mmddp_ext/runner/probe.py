@@ -8,9 +8,9 @@
    rank's part of the sampler's order, through the training pipeline);
 2. every trial is forward + backward + optimizer step on a batch of those samples, run on the
    inner model so that no collective runs inside it (an out-of-memory error on one rank would
-   leave the ranks' collectives out of step); a reserve of ``MARGIN`` of the budget is held
-   during the trial, so what fits leaves that much free. With DDP the trial's gradients are a
-   copy beside the buckets, which errs on the safe side;
+   leave the ranks' collectives out of step); a reserve (:func:`reserve_bytes`) is held
+   during the trial, so what fits leaves that much free for what training adds. With DDP
+   the trial's gradients are a copy beside the buckets, which errs on the safe side;
 3. after each trial the ranks agree (MIN over ranks of "it fitted"), so every rank follows the
    same search (:func:`mmddp_ext.scaling.search.search_max_batch`);
 4. the model is dropped before the Runner builds its own, and the result is stored in
@@ -36,6 +36,19 @@ from ..errors import ScalingError
 from ..memory.budget import Budget, is_oom_error
 from ..scaling.search import (CACHE_FILE, MARGIN, SearchResult, Trial, cache_key, max_trials,
                               search_max_batch)
+
+
+# On a CPU the budget also holds what the Runner builds beside the model (dataloader, hooks,
+# logger, visualizer): measured 80 MiB more than the probe for the 128x128 demo, so the reserve
+# held free during a trial is at least this much there.
+CPU_RESERVE_MIB = 160
+
+
+def reserve_bytes(budget: Budget) -> int:
+    """Bytes kept free during each trial: MARGIN of the budget, at least CPU_RESERVE_MIB on a
+    CPU."""
+    reserve = int(MARGIN * budget.nbytes)
+    return max(reserve, CPU_RESERVE_MIB * 2 ** 20) if budget.device == 'cpu' else reserve
 
 
 def _log(message: str) -> None:
@@ -128,6 +141,7 @@ def _cache_facts(cfg: Any, world_size: int, upper: int, device: torch.device,
                 collate=cfg.train_dataloader.get('collate_fn'), optim=cfg.optim_wrapper,
                 wrapper=cfg.get('model_wrapper_cfg'), world_size=world_size, upper=upper,
                 hardware=hardware, budget_mib=budget_mib, margin=MARGIN,
+                cpu_reserve_mib=CPU_RESERVE_MIB,
                 torch=torch.__version__)
 
 
@@ -181,10 +195,11 @@ def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget,
         _log(f'per-device batch {result.max_batch} fits on every rank (measured before, read '
              f'from {path}; delete it to measure again)')
         return result
-    _log(f'measuring {budget.how}; {MARGIN:.0%} of {budget.nbytes / 2 ** 20:.0f} MiB is kept '
-         f'free during each trial; at most {max_trials(upper)} trials of forward + backward + '
-         f'optimizer step, per-device batch up to {upper}')
-    trials = _Trials(cfg, device, upper, int(MARGIN * budget.nbytes))
+    reserve = reserve_bytes(budget)
+    _log(f'measuring {budget.how}; {reserve / 2 ** 20:.0f} of {budget.nbytes / 2 ** 20:.0f} MiB '
+         f'are kept free during each trial; at most {max_trials(upper)} trials of forward + '
+         f'backward + optimizer step, per-device batch up to {upper}')
+    trials = _Trials(cfg, device, upper, reserve)
 
     def progress(number: int, trial: Trial) -> None:
         verdict = ('fits on every rank' if trial.fits
@@ -196,8 +211,8 @@ def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget,
     finally:
         trials.close()
     if result.max_batch == 0:
-        raise ScalingError(f'not even a per-device batch of 1 fits ({budget.how}, {MARGIN:.0%} '
-                           f'kept free): raise scaling.memory_budget_mib, use a smaller input '
+        raise ScalingError(f'not even a per-device batch of 1 fits ({budget.how}, '
+                           f'{reserve / 2 ** 20:.0f} MiB kept free): raise scaling.memory_budget_mib, use a smaller input '
                            f'size or model, or train on a device with more memory')
     _log(f'per-device batch {result.max_batch} fits on every rank ({len(result.trials)} trials, '
          f'{result.seconds:.1f} s)')
