@@ -126,6 +126,9 @@ def apply_budget(budget_mib: Optional[int], device: torch.device) -> Optional[Bu
     if budget_mib is None:
         return None
     room = _limit_address_space(budget_mib * MIB)
+    tighter = (f' (a tighter existing limit leaves {room / MIB:.0f} MiB)'
+               if room < budget_mib * MIB else '')
     return Budget('cpu', room, f'host memory (CPU run, no GPU measured): an address-space '
                                f'limit of scaling.memory_budget_mib={budget_mib} MiB above the '
-                               f'process size; other ranks on this host share the same RAM')
+                               f'process size{tighter}; other ranks on this host share the '
+                               f'same RAM')

@@ -1,0 +1,35 @@
+"""``apply_budget`` on a CPU, in a fresh process (the limit cannot be lifted once set)."""
+import json
+import subprocess
+import sys
+
+SCRIPT = '''
+import json, os, resource, psutil, torch
+from mmddp_ext.memory.budget import apply_budget
+vms = psutil.Process().memory_info().vms
+resource.setrlimit(resource.RLIMIT_AS, (vms + 400 * 2 ** 20, resource.RLIM_INFINITY))
+budget = apply_budget(2000, torch.device('cpu'))          # looser than the existing limit
+soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+try:
+    torch.empty(600 * 2 ** 20, dtype=torch.uint8)           # beyond the budget: a real error
+    raised = ''
+except RuntimeError as e:
+    raised = str(e)
+small = torch.ones(10 * 2 ** 20, dtype=torch.uint8).sum().item()  # within it: fine
+print(json.dumps(dict(room=budget.nbytes, how=budget.how, soft_over_vms=soft - vms,
+                      raised=raised, small=small,
+                      onednn=os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY'))))
+'''
+
+
+def test_cpu_budget_keeps_a_tighter_limit_and_fails_for_real():
+    out = subprocess.run([sys.executable, '-c', SCRIPT], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got['soft_over_vms'] <= 400 * 2 ** 20              # never loosened to 2000 MiB
+    assert got['room'] <= 400 * 2 ** 20
+    assert 'scaling.memory_budget_mib=2000' in got['how'] and 'tighter existing limit' in got['how']
+    assert "can't allocate memory" in got['raised']
+    assert got['small'] == 10 * 2 ** 20
+    assert got['onednn'] == '0'
