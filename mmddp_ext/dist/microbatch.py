@@ -23,18 +23,16 @@ that the ranks agree *before* any collective of the step:
 Costs, measured in ``docs/benchmarks.md``: no overlap of communication with backward, and
 DDP's buckets are allocated but unused beside the flat gradients (one extra gradient copy).
 """
-import gc
 import logging
 from typing import Any, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
-from mmengine.dist import all_gather
 from mmengine.logging import print_log
 from mmengine.model import MMDistributedDataParallel
 from mmengine.registry import MODEL_WRAPPERS
 
-from ..memory.budget import is_oom_error
+from ..memory.budget import is_oom_error, ranks_out_of_memory, release_memory
 from ..scaling.search import batch_length, split_batch
 
 CHUNK_BYTES = 25 * 2 ** 20
@@ -43,14 +41,6 @@ CHUNK_BYTES = 25 * 2 ** 20
 def _log(message: str) -> None:
     print_log(f'[mmddp_ext] on_oom=microbatch: {message}', logger='current',
               level=logging.WARNING)
-
-
-def _free(module: torch.nn.Module) -> None:
-    """Release what a failed attempt left: reference cycles through its traceback's frames
-    and, on a GPU, the caching allocator's free blocks."""
-    gc.collect()
-    if next(module.parameters()).is_cuda:
-        torch.cuda.empty_cache()
 
 
 class FlatGradients:
@@ -68,7 +58,6 @@ class FlatGradients:
         for p in self.params:
             groups.setdefault((p.device, p.dtype), []).append(p)
         self.flats: List[torch.Tensor] = []
-        self.views: List[torch.Tensor] = []
         by_param = {}
         for (device, dtype), members in groups.items():
             flat = torch.zeros(sum(p.numel() for p in members), device=device, dtype=dtype)
@@ -77,7 +66,7 @@ class FlatGradients:
                 by_param[id(p)] = flat[offset:offset + p.numel()].view_as(p)
                 offset += p.numel()
             self.flats.append(flat)
-        self.views = [by_param[id(p)] for p in self.params]
+        self.views: List[torch.Tensor] = [by_param[id(p)] for p in self.params]
         self.attach()
 
     def attach(self) -> None:
@@ -154,11 +143,6 @@ class MicrobatchDDP(MMDistributedDataParallel):
                 del data, losses, loss
         return log_vars
 
-    def _agree(self, ok: bool) -> List[int]:
-        """The ranks that ran out of memory (the same list on every rank)."""
-        flags = all_gather(torch.tensor([0 if ok else 1], dtype=torch.int64))
-        return [rank for rank, flag in enumerate(flags) if flag.item()]
-
     def _sync_and_step(self, optim_wrapper) -> None:
         """Average the gradients over ranks and step. The average allocates nothing; an
         out-of-memory error in the step (e.g. the optimizer's state, allocated at the first
@@ -174,7 +158,7 @@ class MicrobatchDDP(MMDistributedDataParallel):
             if not is_oom_error(e):
                 raise
             error = e
-        failed = self._agree(error is None)
+        failed = ranks_out_of_memory(error is None)
         if failed:
             raise torch.OutOfMemoryError(
                 f'out of memory on rank(s) {failed} in the optimizer step, after forward and '
@@ -219,13 +203,13 @@ class MicrobatchDDP(MMDistributedDataParallel):
                 if not is_oom_error(e):
                     raise
                 error = type(e).__name__
-            failed = self._agree(error is None)
+            failed = ranks_out_of_memory(error is None)
             if not failed:
                 self._done = len(self._pending)
                 break
             optim_wrapper.zero_grad(set_to_none=False)
             self._done = 0
-            _free(self.module)
+            release_memory(next(self.module.parameters()).device)
             for saved, buffer in zip(self._saved_buffers, self.module.buffers()):
                 buffer.copy_(saved)
             self._redo(failed, max(batch_length(b) or 1 for b, _ in self._pending))

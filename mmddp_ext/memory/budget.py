@@ -1,4 +1,5 @@
-"""A per-rank memory budget, and telling out-of-memory errors from other errors.
+"""A per-rank memory budget; telling out-of-memory errors from other errors, agreeing on them
+across ranks, and releasing what a failed attempt left.
 
 ``scaling.memory_budget_mib`` makes running out of memory real and repeatable:
 
@@ -19,17 +20,18 @@
 """
 import ctypes
 import ctypes.util
+import gc
 import os
 import resource
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional
 
 import psutil
 import torch
+from mmengine.dist import all_gather
 
 from .oom import is_oom
-
-MIB = 2 ** 20
+from .stats import MIB
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,21 @@ def is_oom_error(exc: BaseException) -> bool:
         return False
     return is_oom(type(exc).__name__, str(exc)) or (
         ONEDNN_NO_MEMORY in str(exc) and _address_space_limited())
+
+
+def ranks_out_of_memory(ok: bool) -> List[int]:
+    """The ranks that ran out of memory, from every rank's ``ok``: the same list on every
+    rank. All ranks must call this (one all-gather; no-op when not distributed)."""
+    flags = all_gather(torch.tensor([0 if ok else 1], dtype=torch.int64))
+    return [rank for rank, flag in enumerate(flags) if flag.item()]
+
+
+def release_memory(device: torch.device) -> None:
+    """Release what a failed attempt left: reference cycles through its traceback's frames
+    and, on a GPU, the caching allocator's free blocks."""
+    gc.collect()
+    if device.type == 'cuda':
+        torch.cuda.empty_cache()
 
 
 M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc's mallopt parameter numbers

@@ -14,10 +14,10 @@ import re
 from typing import Any, List, Mapping, Optional, Tuple
 
 from ..scaling.plan import best_split
+from ..scaling.search import MARGIN
 
 OOM_PATTERNS = ('out of memory', 'OutOfMemoryError', "can't allocate memory",
                 'DefaultCPUAllocator', 'CUBLAS_STATUS_ALLOC_FAILED', 'std::bad_alloc')
-MARGIN = 0.9
 
 
 def is_oom(exc_type: str, message: str) -> bool:
@@ -47,7 +47,7 @@ def fitting_batch(batch: int, baseline: Mapping[str, Any], peak: Mapping[str, An
         need = max(peak['peak_allocated'] + (requested or 0) - base, 1)
         per_sample = need / batch
         others = max(0, (peak.get('device_used') or 0) - (peak.get('reserved') or 0))
-        room = MARGIN * (total - others) - base
+        room = (1 - MARGIN) * (total - others) - base
         fit = int(room // per_sample)
         return max(1, min(batch - 1, fit)), (
             f'measured: {per_sample / 2 ** 20:.1f} MiB per sample above a baseline of '

@@ -61,10 +61,10 @@ def _world_size(launcher: str) -> int:
     return read_dist_env(os.environ, launcher).world_size
 
 
-def _init_process_group(launcher: str, cfg: Any) -> None:
+def _init_process_group(launcher: str, env_cfg: Optional[dict]) -> None:
     import torch.distributed as dist
     if launcher != 'none' and not (dist.is_available() and dist.is_initialized()):
-        dist_cfg = (cfg.get('env_cfg') or {}).get('dist_cfg', {})
+        dist_cfg = (env_cfg or {}).get('dist_cfg', {})
         init_distributed(read_dist_env(os.environ, launcher), dist_cfg.get('backend'),
                          dist_cfg.get('timeout'))
 
@@ -84,7 +84,7 @@ def _measure(cfg: Any, scaling: ScalingConfig, launcher: str,
     if not scaling.probe:
         return None
     from .probe import find_max_batch
-    _init_process_group(launcher, cfg)
+    _init_process_group(launcher, cfg.get('env_cfg'))
     loose = plan_for_config(cfg, world_size, max_batch_per_device=2 ** 31)
     upper = loose.per_device_batch_size * loose.accumulative_counts
     return find_max_batch(cfg, world_size, upper, budget, scaling.memory_budget_mib,
@@ -164,5 +164,5 @@ class DDPRunner(Runner):
         """Initialise the process group ourselves (gloo on CPU, bounded rendezvous) when the
         entry point did not, then let MMEngine do the rest of its set-up."""
         if self.distributed:
-            _init_process_group(self.launcher, dict(env_cfg=env_cfg))
+            _init_process_group(self.launcher, env_cfg)
         super().setup_env(env_cfg)

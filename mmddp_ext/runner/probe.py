@@ -18,7 +18,6 @@
    budget and world size reads it instead of probing again.
 """
 import copy
-import gc
 import itertools
 import json
 import os
@@ -26,14 +25,14 @@ import os.path as osp
 from typing import Any, List, Optional
 
 import torch
-from mmengine.dist import all_gather, broadcast_object_list, get_rank, is_distributed
+from mmengine.dist import broadcast_object_list, get_rank, is_distributed
 from mmengine.logging import print_log
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import MODEL_WRAPPERS, MODELS, init_default_scope
 from mmengine.runner import Runner
 
 from ..errors import ScalingError
-from ..memory.budget import Budget, is_oom_error
+from ..memory.budget import Budget, is_oom_error, ranks_out_of_memory, release_memory
 from ..scaling.search import (CACHE_FILE, MARGIN, SearchResult, Trial, cache_key, max_trials,
                               search_max_batch)
 
@@ -68,12 +67,6 @@ def _samples(cfg: Any, count: int) -> tuple:
     return [loader.dataset[i] for i in indices], loader.collate_fn
 
 
-def _empty_cache(device: torch.device) -> None:
-    gc.collect()
-    if device.type == 'cuda':
-        torch.cuda.empty_cache()
-
-
 class _Trials:
     """The model, optimizer and samples of the probe; ``fits(batch)`` runs one agreed trial.
 
@@ -81,10 +74,9 @@ class _Trials:
         failed: The ranks that ran out of memory in the last trial (the same on every rank).
     """
 
-    failed: List[int] = []
-
     def __init__(self, cfg: Any, device: torch.device, upper: int, reserve: int) -> None:
         self.device, self.reserve = device, reserve
+        self.failed: List[int] = []
         self.samples, self.collate = _samples(cfg, upper)
         model = MODELS.build(copy.deepcopy(cfg.model)).to(device)
         model.train()
@@ -120,15 +112,14 @@ class _Trials:
             ok = False
         finally:
             self.optim_wrapper.zero_grad(set_to_none=True)
-            _empty_cache(self.device)
-        flags = all_gather(torch.tensor([0 if ok else 1], dtype=torch.int64))
-        self.failed = [rank for rank, flag in enumerate(flags) if flag.item()]
+            release_memory(self.device)
+        self.failed = ranks_out_of_memory(ok)
         return not self.failed
 
     def close(self) -> None:
         """Drop everything the probe built, before the Runner builds its own."""
         self.net = self.model = self.optim_wrapper = self.samples = None
-        _empty_cache(self.device)
+        release_memory(self.device)
 
 
 def _cache_facts(cfg: Any, world_size: int, upper: int, device: torch.device,
