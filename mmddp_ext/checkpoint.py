@@ -15,7 +15,20 @@ an error that names the type.
 Legacy checkpoints holding other objects load only after an explicit opt-in — ``--unsafe-load``
 on ``tools/dist_train.py``, ``unsafe_load = True`` in the config, or ``MMDDP_UNSAFE_LOAD=1`` —
 and every such load logs a warning naming the file.
+
+Checkpoints that :class:`~mmddp_ext.runner.DDPRunner` writes need no allowlist at all:
+:func:`to_plain` stores ``HistoryBuffer`` objects, numpy arrays and numpy scalars as marked
+dicts of tensors and plain Python values, so plain ``torch.load(path)`` opens them;
+:func:`from_plain` gives the objects back (the loader above and ``DDPRunner`` call it), so a
+resumed run sees exactly what was saved. Example::
+
+    >>> plain = to_plain({'meta': {'best': np.float64(0.5)}})
+    >>> plain['meta']['best']
+    {'__mmddp_plain__': 'numpy.generic', 'dtype': '<f8', 'value': 0.5}
+    >>> type(from_plain(plain)['meta']['best'])
+    <class 'numpy.float64'>
 """
+import copy
 import os
 import os.path as osp
 import pickle
@@ -30,6 +43,9 @@ from mmengine.runner import CheckpointLoader
 
 UNSAFE_ENV = 'MMDDP_UNSAFE_LOAD'
 _HISTORY_METHODS = ('min', 'max', 'current', 'mean')
+# The key that marks a dict written by to_plain; its value names what the dict stands for.
+PLAIN_KEY = '__mmddp_plain__'
+_PLAIN_VALUES = (bool, int, float, str, bytes)
 
 
 def _history_buffer_getattr(obj: Any, name: str) -> Any:
@@ -50,7 +66,7 @@ def safe_globals() -> List[Any]:
         from numpy.core.multiarray import _reconstruct, scalar
     dtype_classes = [type(np.dtype(t)) for t in (
         np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
-        np.uint64, np.float16, np.float32, np.float64)]
+        np.uint64, np.float16, np.float32, np.float64, np.str_, np.bytes_)]
     return [_reconstruct, scalar, np.ndarray, np.dtype, *dtype_classes, HistoryBuffer,
             (_history_buffer_getattr, 'builtins.getattr')]
 
@@ -61,6 +77,9 @@ def load_checkpoint_file(filename: str,
     """``torch.load`` a local checkpoint with ``weights_only=True`` and our allowlist.
 
     ``map_location=None`` means CPU here, never "the device it was saved from".
+
+    Returns:
+        The checkpoint, with what :func:`to_plain` converted given back (:func:`from_plain`).
 
     Raises:
         FileNotFoundError: the file does not exist.
@@ -73,14 +92,16 @@ def load_checkpoint_file(filename: str,
         warnings.warn(f'{UNSAFE_ENV}=1: loading {filename!r} with weights_only=False; '
                       'unpickling can run any code the file contains. Only do this for '
                       'checkpoints you trust.', stacklevel=2)
-        return torch.load(filename, map_location=map_location or 'cpu', weights_only=False)
+        return from_plain(torch.load(filename, map_location=map_location or 'cpu',
+                                     weights_only=False))
     if map_location is None:
         # torch would restore tensors to the device they were saved from (often cuda:0): on
         # another rank that is a stray CUDA context on GPU 0. Load to CPU instead.
         map_location = 'cpu'
     try:
         with torch.serialization.safe_globals(safe_globals()):
-            return torch.load(filename, map_location=map_location, weights_only=True)
+            return from_plain(torch.load(filename, map_location=map_location,
+                                         weights_only=True))
     except Exception as e:  # torch raises UnpicklingError wrapped in various types
         if 'Weights only load failed' not in str(e):
             raise
@@ -112,3 +133,118 @@ def load_from_local_safe(filename: str, map_location=None) -> Any:
 def register_safe_loader() -> None:
     """Make MMEngine load local checkpoints through :func:`load_checkpoint_file`."""
     CheckpointLoader.register_scheme(prefixes='', loader=load_from_local_safe, force=True)
+
+
+def _array_to_plain(array: np.ndarray) -> Any:
+    """A marked dict holding the array's values as a tensor (numbers) or nested lists (text);
+    arrays of other kinds (objects, records, dates) are returned as they are."""
+    if array.dtype.kind in 'biufc':
+        try:
+            data = torch.from_numpy(np.array(array, dtype=array.dtype.newbyteorder('='),
+                                             order='C'))
+        except TypeError:  # a dtype torch has no tensor for, e.g. float128
+            return array
+    elif array.dtype.kind in 'US':
+        data = array.tolist()
+    else:
+        return array
+    fortran = bool(array.flags.f_contiguous and not array.flags.c_contiguous)
+    return {PLAIN_KEY: 'numpy.ndarray', 'dtype': array.dtype.str, 'fortran': fortran,
+            'data': data}
+
+
+def _array_from_plain(plain: dict) -> np.ndarray:
+    data = plain['data']
+    if isinstance(data, torch.Tensor):
+        data = data.detach().cpu().numpy()
+    array = np.array(data, dtype=np.dtype(plain['dtype']))
+    return np.asfortranarray(array) if plain.get('fortran') else array
+
+
+def _leaf_to_plain(obj: Any) -> Any:
+    """The plain form of a HistoryBuffer, numpy array or numpy scalar; anything else as is."""
+    if type(obj) is HistoryBuffer:
+        return {PLAIN_KEY: 'HistoryBuffer', 'max_length': obj.max_length,
+                'log_history': _leaf_to_plain(obj._log_history),
+                'count_history': _leaf_to_plain(obj._count_history)}
+    if isinstance(obj, np.ndarray):
+        return _array_to_plain(obj)
+    if isinstance(obj, np.generic):
+        value = obj.item()
+        if type(value) not in _PLAIN_VALUES:  # dates, long doubles, complex numbers
+            return obj
+        return {PLAIN_KEY: 'numpy.generic', 'dtype': obj.dtype.str, 'value': value}
+    return obj
+
+
+def _leaf_from_plain(obj: Any) -> Any:
+    """The object that :func:`_leaf_to_plain` made ``obj`` from; anything else as is."""
+    if type(obj) is not dict or PLAIN_KEY not in obj:
+        return obj
+    kind = obj[PLAIN_KEY]
+    if kind == 'numpy.ndarray':
+        return _array_from_plain(obj)
+    if kind == 'numpy.generic':
+        return np.dtype(obj['dtype']).type(obj['value'])
+    if kind == 'HistoryBuffer':
+        buffer = HistoryBuffer(max_length=obj['max_length'])
+        buffer._log_history = _leaf_from_plain(obj['log_history'])
+        buffer._count_history = _leaf_from_plain(obj['count_history'])
+        return buffer
+    return obj
+
+
+def _map_leaves(obj: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``obj`` with ``leaf`` applied to every value inside dicts, lists and tuples. Containers
+    in which nothing changed are returned as they are (no copy); changed ones are shallow
+    copies of the same type, so an OrderedDict keeps its ``_metadata``."""
+    new = leaf(obj)
+    if new is not obj:
+        return new
+    if isinstance(obj, dict):
+        items = {key: _map_leaves(value, leaf) for key, value in obj.items()}
+        if all(items[key] is value for key, value in obj.items()):
+            return obj
+        out = copy.copy(obj)
+        for key, value in items.items():
+            out[key] = value
+        return out
+    if type(obj) in (list, tuple):
+        values = [_map_leaves(value, leaf) for value in obj]
+        if all(a is b for a, b in zip(values, obj)):
+            return obj
+        return type(obj)(values)
+    return obj
+
+
+def to_plain(checkpoint: Any) -> Any:
+    """The checkpoint with everything plain ``torch.load`` (``weights_only=True``) refuses
+    and MMEngine puts there stored as tensors and plain Python values.
+
+    Converted, wherever they are: ``HistoryBuffer`` (the message hub's ``log_scalars``),
+    numpy arrays of numbers (as tensors) or text (as lists), numpy scalars (as Python
+    numbers or text), each as a dict marked with :data:`PLAIN_KEY`. Other objects (arrays of
+    Python objects, dates) are left as they are. The input is not changed.
+
+    Args:
+        checkpoint: what MMEngine's ``Runner.save_checkpoint`` is about to write.
+
+    Returns:
+        The converted checkpoint; ``checkpoint`` itself when there was nothing to convert.
+    """
+    return _map_leaves(checkpoint, _leaf_to_plain)
+
+
+def from_plain(checkpoint: Any) -> Any:
+    """Undo :func:`to_plain`: marked dicts become the original objects again (arrays with
+    their dtype and memory order, scalars with their numpy type, history buffers with their
+    values, counts and ``max_length``). A checkpoint without marks (MMEngine's own format,
+    plain weights) is returned as it is.
+
+    Args:
+        checkpoint: a loaded checkpoint.
+
+    Returns:
+        The restored checkpoint; ``checkpoint`` itself when there was nothing to restore.
+    """
+    return _map_leaves(checkpoint, _leaf_from_plain)

@@ -55,7 +55,12 @@ def _memory_lines(record: Dict) -> List[str]:
             f'{_mib(now.get("device_total"))}; ')
         lines.append(f'  memory at failure: {dev}host RSS {_mib(now.get("rss"))} (peak '
                      f'{_mib(now.get("peak_rss"))})')
-    if is_oom(record.get('exc_type', ''), record.get('message', '')):
+    oom = record.get('oom')
+    if oom is None:  # a record written before records carried the classification
+        oom = is_oom(record.get('exc_type', ''), record.get('message', ''),
+                     record.get('address_space_limit') is not None)
+    if oom:
+        lines.insert(0, f'  out of memory on rank {record.get("rank")}')
         lines += [f'  {line}' for line in oom_advice(record)]
     return lines
 

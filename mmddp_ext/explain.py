@@ -8,7 +8,7 @@ import json
 from typing import Any, Dict
 
 from .dist.env import DistEnv
-from .train import PLANNING_RUNNERS
+from .runner.ddp_runner import plans
 from .scaling.apply import apply_plan, plan_for_config
 from .scaling.plan import ScalingPlan
 
@@ -33,7 +33,7 @@ def explain(cfg: Any, world_size: int, env: DistEnv) -> Dict[str, Any]:
     changes = apply_plan(applied, plan)
     out = plan.to_dict()
     out.update(_loop(applied))
-    if cfg.get('runner_type') not in PLANNING_RUNNERS:
+    if not plans(cfg.get('runner_type')):
         out['warnings'] = list(out['warnings']) + [
             f"runner_type is {repr(cfg['runner_type']) if 'runner_type' in cfg else 'not set'}"
             ": training keeps MMEngine's "

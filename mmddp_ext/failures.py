@@ -12,6 +12,9 @@ import time
 import traceback
 from typing import Any, Callable, Dict, List, Union
 
+from .memory.oom import address_space_limit, is_oom_error
+from .utils.io import atomic_write_text
+
 FAILURE_DIR = 'failures'
 
 
@@ -48,14 +51,15 @@ def record_failure(work_dir: str, rank: int, exc: BaseException,
         tb_path = osp.join(out, f'rank{rank}.traceback.txt')
         with open(tb_path, 'w') as f:
             f.write(''.join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        # classified here, where the error happened (the address-space limit is this
+        # process's), by the same predicate the finder and on_oom='microbatch' use
         record = dict(rank=rank, host=socket.gethostname(), pid=os.getpid(), time=time.time(),
                       exc_type=type(exc).__name__, message=str(exc).strip(),
+                      oom=is_oom_error(exc), address_space_limit=address_space_limit(),
                       traceback_file=osp.abspath(tb_path))
         record.update(extra or {})
         path = osp.join(out, f'rank{rank}.json')
-        with open(path + '.tmp', 'w') as f:
-            json.dump(record, f, indent=1, default=str)
-        os.replace(path + '.tmp', path)
+        atomic_write_text(path, json.dumps(record, indent=1, default=str))
         return path
     except Exception:  # a failure report must not hide the failure itself
         return ''

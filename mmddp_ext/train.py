@@ -96,9 +96,6 @@ def build_config(args: argparse.Namespace, env: Optional[DistEnv] = None) -> Con
     return cfg
 
 
-PLANNING_RUNNERS = ('DDPRunner', 'mmddp_ext.DDPRunner')
-
-
 def check_runner_type(cfg: Config) -> None:
     """One-line errors for an unknown ``runner_type`` and for a ``scaling`` block that the
     chosen runner would silently ignore."""
@@ -113,10 +110,22 @@ def check_runner_type(cfg: Config) -> None:
                         + (f' (did you mean {close[0]!r}?)' if close else '')
                         + f'; known: {", ".join(known)}. A custom runner needs its module in '
                         'custom_imports')
-    if cfg.get('scaling') is not None and runner_type not in PLANNING_RUNNERS:
+    from .runner.ddp_runner import plans
+    if cfg.get('scaling') is not None and not plans(runner_type):
         raise UserError(f'the config sets `scaling` but runner_type is {runner_type!r}, which '
                         "ignores it: set runner_type='DDPRunner' (or inherit "
                         'mmddp_ext::_base_/ddp_runtime.py), or remove the scaling block')
+
+
+def check_config(cfg: Config, world_size: int, distributed: bool) -> None:
+    """What training refuses, refused before any rendezvous (and by ``--explain`` alike):
+    a bad ``runner_type``, a ``scaling`` block the runner ignores, a bad ``scaling`` block,
+    settings this machine cannot honour."""
+    from .runner.ddp_runner import plans
+    check_runner_type(cfg)
+    if plans(cfg.get('runner_type')):
+        plan_for_config(cfg, world_size)
+        check_runtime_for_config(cfg, _visible_gpus() > 0, distributed)
 
 
 def build_runner(cfg: Config):
@@ -129,11 +138,18 @@ def build_runner(cfg: Config):
     return Runner.from_cfg(cfg)
 
 
-def failure_context(runner, env: DistEnv) -> dict:
-    """What a failure record holds besides the exception: plan, memory, wrapper settings."""
+def failure_context(runner, env: DistEnv, cfg: Optional[Config] = None) -> dict:
+    """What a failure record holds besides the exception: plan, memory, wrapper settings,
+    the memory budget, and what ``on_oom='microbatch'`` measured."""
     from .hooks.memory_hook import RankMemoryHook
     from .memory.stats import MemoryReader
     out = {'world_size': env.world_size}
+    cfg = runner.cfg if runner is not None else cfg
+    if cfg is not None and isinstance(cfg.get('scaling'), dict):
+        out['memory_budget_mib'] = cfg.scaling.get('memory_budget_mib')
+    model = getattr(runner, 'model', None)
+    if getattr(model, 'failed_micro_batch', None):
+        out['oom_at_batch'] = model.failed_micro_batch
     plan = getattr(runner, 'scaling_plan', None)
     if plan is not None:
         out['plan'] = plan.to_dict()
@@ -159,14 +175,11 @@ def _visible_gpus() -> int:
 def _train(args: argparse.Namespace, env: DistEnv) -> None:
     from mmengine.logging import print_log
     work_dir = default_work_dir(args)
-    runner = None
+    runner = cfg = None
     try:
         cfg = build_config(args, env)
         work_dir = cfg.work_dir
-        check_runner_type(cfg)  # before any rendezvous: fail fast, on every rank alike
-        if cfg.get('runner_type') in PLANNING_RUNNERS:
-            plan_for_config(cfg, env.world_size)  # a bad scaling block, too
-            check_runtime_for_config(cfg, _visible_gpus() > 0, env.distributed)
+        check_config(cfg, env.world_size, env.distributed)  # before any rendezvous
         clear_failure(work_dir, env.rank)
         notes = [env.describe(), *env.warnings]
         if env.distributed:
@@ -179,7 +192,7 @@ def _train(args: argparse.Namespace, env: DistEnv) -> None:
             print_log(f'[mmddp_ext] {note}', logger='current')
         runner.train()
     except BaseException as e:
-        record_failure(work_dir, env.rank, e, lambda: failure_context(runner, env))
+        record_failure(work_dir, env.rank, e, lambda: failure_context(runner, env, cfg))
         raise
     # Clean exit: barrier -> destroy the process group -> drop the DDP model -> collect, so
     # gloo does not abort at interpreter exit ("terminate called without an active exception").
@@ -195,6 +208,7 @@ def _explain(args: argparse.Namespace) -> int:
     if world < 1:
         raise UserError(f'--world-size={world} must be at least 1')
     cfg = build_config(args)
+    check_config(cfg, world, world > 1)
     print(render(explain(cfg, world, env), args.json), flush=True)
     return 0
 

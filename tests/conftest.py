@@ -112,3 +112,36 @@ def read_records(record_dir: str) -> dict:
         rec = json.load(open(p))
         out[rec['dist_rank']] = rec
     return out
+
+
+def written_recipe(config: str) -> dict:
+    """What a recipe config says as written, read with MMEngine alone (no planning code):
+    ``cfg``, the per-device ``batch``, the ``base`` batch of ``auto_scale_lr``, the
+    ``global_batch`` it was written for (N × M of its ``NxbM`` name, else the base batch) and
+    the optimizer's ``lr``."""
+    import re
+    from mmengine.config import Config
+    from mmddp_ext.utils.config import resolve_config_path
+    path = resolve_config_path(config)
+    cfg = Config.fromfile(path)
+    named = re.search(r'(?:^|[_-])(\d+)xb(\d+)(?:[_-]|\.py$)', osp.basename(path))
+    base = (cfg.get('auto_scale_lr') or {}).get('base_batch_size')
+    return dict(cfg=cfg, batch=cfg.train_dataloader.batch_size, base=base,
+                global_batch=int(named[1]) * int(named[2]) if named else base,
+                lr=cfg.optim_wrapper.optimizer.lr)
+
+
+def recipe_expectation(config: str, world: int) -> dict:
+    """The plan a recipe config implies on ``world`` processes, from the rules alone: the
+    global batch is kept; the per-device batch is the largest one within the written batch
+    that splits global / world evenly, the rest is accumulation; the LR scales linearly with
+    global / base; iteration counts are multiplied by ``iter_scale`` = samples per iteration
+    as written / now, so that the samples seen stay the same."""
+    w = written_recipe(config)
+    global_batch = w['global_batch']
+    per_rank = global_batch // world
+    per_device = max(d for d in range(1, min(w['batch'], per_rank) + 1) if per_rank % d == 0)
+    return dict(per_device_batch_size=per_device, accumulative_counts=per_rank // per_device,
+                global_batch_size=global_batch, base_batch_size=w['base'],
+                lr_scale=global_batch / w['base'], lrs=[w['lr'] * global_batch / w['base']],
+                iter_scale=global_batch / (per_device * world))

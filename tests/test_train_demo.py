@@ -3,6 +3,7 @@ import glob
 import json
 import math
 import os.path as osp
+import re
 
 import pytest
 import torch
@@ -12,9 +13,30 @@ from conftest import DEMO_CONFIG, PYTHON, check_ok, demo_options, run
 pytestmark = pytest.mark.slow
 
 
-def _scalars(work_dir):
-    [path] = glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json'))
-    return [json.loads(line) for line in open(path)]
+# MMEngine's LogProcessor: "Epoch(train)  [3][1/2]  lr: ...", the epoch right-aligned to
+# the width of max_epochs and the iteration to the width of the epoch's length
+TRAIN_LINE = re.compile(r'Epoch\(train\)\s*\[\s*(\d+)\]\[\s*(\d+)/(\d+)\]')
+
+
+def _scalars(work_dir, run=0):
+    """The logged scalars of the ``run``-th run (in time order) that logged into ``work_dir``."""
+    paths = sorted(glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')))
+    return [json.loads(line) for line in open(paths[run])]
+
+
+def _trained(out):
+    """``{epoch: [iterations logged]}`` from a training log."""
+    found = {}
+    for epoch, i, _ in TRAIN_LINE.findall(out):
+        found.setdefault(int(epoch), []).append(int(i))
+    return found
+
+
+def _iters_per_epoch(demo_data):
+    """Training images / the global batch of the config name's NxbM (1xb32: 32)."""
+    images = len(json.load(open(osp.join(demo_data, 'annotations', 'train.json')))['images'])
+    n, m = re.search(r'_(\d+)xb(\d+)-', osp.basename(DEMO_CONFIG)).groups()
+    return math.ceil(images / (int(n) * int(m)))
 
 
 @pytest.fixture(scope='module')
@@ -25,10 +47,13 @@ def trained(demo_data, tmp_path_factory):
     return work_dir, out
 
 
-def test_trains_with_finite_loss_and_writes_checkpoints(trained):
+def test_trains_with_finite_loss_and_writes_checkpoints(trained, demo_data):
     work_dir, out = trained
+    per_epoch = _iters_per_epoch(demo_data)
     losses = [r['loss'] for r in _scalars(work_dir) if 'loss' in r]
-    assert len(losses) >= 4 and all(math.isfinite(v) for v in losses)
+    assert len(losses) == 2 * per_epoch and all(math.isfinite(v) for v in losses)
+    # every iteration of both epochs is in the log (logger interval 1)
+    assert _trained(out) == {1: list(range(1, per_epoch + 1)), 2: list(range(1, per_epoch + 1))}
     for epoch in (1, 2):
         assert osp.isfile(osp.join(work_dir, f'epoch_{epoch}.pth'))
     assert open(osp.join(work_dir, 'last_checkpoint')).read().strip().endswith('epoch_2.pth')
@@ -36,14 +61,20 @@ def test_trains_with_finite_loss_and_writes_checkpoints(trained):
 
 
 def test_resume_continues_from_the_checkpoint(trained, demo_data):
-    work_dir, _ = trained
+    work_dir, first = trained
+    per_epoch = _iters_per_epoch(demo_data)
     out = check_ok(run([PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir', work_dir,
                         '--resume', *demo_options(demo_data, max_epochs=3)]))
     assert 'resumed epoch: 2' in out
     ckpt = torch.load(osp.join(work_dir, 'epoch_3.pth'), map_location='cpu', weights_only=False)
-    assert ckpt['meta']['epoch'] == 3
-    # the resumed run only did epoch 3: its log starts past the first run's iterations
-    assert 'Epoch(train)   [1]' not in out and 'Epoch(train) [3]' in out
+    assert ckpt['meta']['epoch'] == 3 and ckpt['meta']['iter'] == 3 * per_epoch
+    # the resumed run trained epoch 3, all of it, and neither epoch 1 nor 2 again (the same
+    # pattern finds epochs 1 and 2 in the first run's log)
+    assert sorted(_trained(first)) == [1, 2]
+    assert _trained(out) == {3: list(range(1, per_epoch + 1))}
+    # its iteration counter went on from the checkpoint's
+    iters = [r['iter'] for r in _scalars(work_dir, run=-1) if 'loss' in r]
+    assert iters == list(range(2 * per_epoch + 1, 3 * per_epoch + 1))
 
 
 def test_resume_from_explicit_checkpoint(trained, demo_data, tmp_path):

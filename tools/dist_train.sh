@@ -12,7 +12,7 @@
 #                clash. Multi-node default: 29500 (must be the same on every node).
 #   MAX_RESTARTS restarts of failed workers by torchrun (default 0); combine with --resume
 #                so restarted workers continue from the latest checkpoint.
-#   PYTHON       interpreter (default python)
+#   PYTHON       interpreter (default: the one tools/py picks)
 # GPUS is processes per node: one per GPU; on a CPU-only host any number (gloo backend).
 set -uo pipefail
 
@@ -27,8 +27,8 @@ NNODES=${NNODES:-1}
 NODE_RANK=${NODE_RANK:-0}
 MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 MAX_RESTARTS=${MAX_RESTARTS:-0}
-PYTHON=${PYTHON:-python}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PYTHON=${PYTHON:-$HERE/py}  # tools/py: $PYTHON, else the active venv, else .venv, else python(3)
 
 for pair in "GPUS=$GPUS" "NNODES=$NNODES" "MAX_RESTARTS=$MAX_RESTARTS" "NODE_RANK=$NODE_RANK"; do
   value=${pair#*=}

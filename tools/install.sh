@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# Install the OpenMMLab stack mmddp_ext needs into the *active* Python environment.
+# Install the OpenMMLab stack mmddp_ext needs, and mmddp_ext itself.
 #
 #   bash tools/install.sh               # stack + mmddp_ext (editable)
 #   bash tools/install.sh --with-tests  # ... plus the test requirements
+#
+# Where: into the Python that tools/py picks ($PYTHON, else the active virtual environment, else
+# <repo>/.venv, else python, else python3), when pip may install into it. When it may not (no
+# environment active and the Python on PATH is "externally managed" (PEP 668, Debian/Ubuntu's
+# python3), has no pip, or is older than 3.8), the script creates the project's own virtual
+# environment <repo>/.venv from it, says so, and installs there; tools/py uses it from then on.
 #
 # Steps (each announced; each skipped when already satisfied, so a second run takes seconds):
 #   1. torch + matching torchvision, only when torch is missing (an installed torch is kept)
@@ -16,14 +22,15 @@
 #   7. mmpose 1.3.2 and mmdet 3.3.0 without their declared deps (mmpose's chumpy does not build)
 #   8. mmddp_ext itself (pip install -e .)
 #   9. one import of the whole stack, so a broken pairing fails here and not in training
+# Missing system packages (python3-venv, a C++ compiler and Python headers for the builds,
+# OpenCV's libraries) are installed with apt-get when running as root; otherwise the script
+# stops and prints the command to run.
 #
-# Environment: PYTHON (default: python), MMDDP_EXT_CACHE (default: ~/.cache/mmddp_ext),
+# Environment: PYTHON (see tools/py), MMDDP_EXT_CACHE (default: ~/.cache/mmddp_ext),
 # TORCH_SPEC (default: "torch==2.14.1 torchvision==0.29.1").
 # A failing step stops the script with the step's name and the tail of its output.
 set -euo pipefail
 
-PYTHON=${PYTHON:-python}
-PIP=("$PYTHON" -m pip --disable-pip-version-check)
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE=${MMDDP_EXT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mmddp_ext}
 TORCH_SPEC=${TORCH_SPEC:-"torch==2.14.1 torchvision==0.29.1"}
@@ -31,7 +38,7 @@ WITH_TESTS=0
 for arg in "$@"; do
   case "$arg" in
     --with-tests) WITH_TESTS=1 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown argument '$arg' (expected --with-tests)" >&2; exit 2 ;;
   esac
 done
@@ -70,6 +77,124 @@ try: print(m.version('$1'))
 except m.PackageNotFoundError: pass"
 }
 
+# --- which Python ------------------------------------------------------------------------------
+# tools/py holds the rule; here we only check that pip may install into what it picks and, when
+# it may not, create <repo>/.venv (which tools/py picks from then on).
+VENV="$ROOT/.venv"
+USER_PYTHON=${PYTHON:-}
+
+die() { echo "[install] $*" >&2; exit 1; }
+
+is_root() { [ "$(id -u)" = 0 ]; }
+
+apt_install() {  # apt_install PACKAGE...: Debian/Ubuntu, as root; `apt-get update` once per run
+  if [ ! -e "$LOG_DIR/apt-updated" ]; then apt-get update && touch "$LOG_DIR/apt-updated"; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
+}
+
+probe() {  # probe INTERPRETER: executable, version, in a venv, has pip, externally managed, scripts dir
+  "$1" -c '
+import os, sys, sysconfig
+venv = sys.prefix != getattr(sys, "base_prefix", getattr(sys, "real_prefix", sys.prefix))
+try:
+    import pip
+    has_pip = 1
+except Exception:
+    has_pip = 0
+marker = os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")
+brk = os.environ.get("PIP_BREAK_SYSTEM_PACKAGES", "").lower() in ("1", "true", "yes", "on")
+managed = int(not venv and not brk and os.path.isfile(marker))
+for line in (sys.executable, "%d.%d.%d" % tuple(sys.version_info[:3]), int(venv), has_pip,
+             managed, sysconfig.get_path("scripts")):
+    print(line)' 2>/dev/null
+}
+
+new_enough() {  # new_enough VERSION: 3.8 or newer (setup.py's python_requires)
+  local major=${1%%.*} rest=${1#*.}
+  [ "$major" -gt 3 ] || { [ "$major" = 3 ] && [ "${rest%%.*}" -ge 8 ]; }
+}
+
+make_venv() {  # make_venv BASE_PYTHON MAJOR.MINOR: create $VENV from BASE_PYTHON, with pip
+  local log="$LOG_DIR/venv.log" pkg="python$2-venv"
+  if ! "$1" -m venv "$VENV" >"$log" 2>&1; then
+    rm -rf "$VENV"
+    if ! grep -qiE 'ensurepip|No module named venv' "$log"; then
+      tail -n 20 "$log" >&2
+      die "could not create $VENV with $1 -m venv (output above, full log: $log)."
+    fi
+    if ! command -v apt-get >/dev/null; then
+      die "$1 lacks the venv module or its pip bootstrap (ensurepip). Install them with your" \
+        "system's package manager, or set PYTHON to a virtual environment's python; then run" \
+        "the command again."
+    elif ! is_root; then
+      die "$1 lacks the venv module or its pip bootstrap (ensurepip), which Debian/Ubuntu ship" \
+        "separately. Run:  sudo apt-get install $pkg  and then the command again."
+    fi
+    echo "[install] $1 lacks the venv module's pip bootstrap (ensurepip): installing $pkg with apt-get"
+    { apt_install "$pkg" || apt_install python3-venv; } >>"$log" 2>&1 || {
+      tail -n 20 "$log" >&2; die "apt-get could not install $pkg (output above, full log: $log)."; }
+    if ! "$1" -m venv "$VENV" >>"$log" 2>&1; then
+      rm -rf "$VENV"; tail -n 20 "$log" >&2
+      die "could not create $VENV with $1 -m venv (output above, full log: $log)."
+    fi
+  fi
+  printf '# made by tools/install.sh: keep the environment out of git\n*\n' >"$VENV/.gitignore"
+  "$VENV/bin/python" -m pip install --disable-pip-version-check --upgrade pip >>"$log" 2>&1 ||
+    echo "[install] (could not upgrade pip in $VENV; continuing with $("$VENV/bin/python" -m pip --version))"
+}
+
+choose_python() {  # sets PYTHON to the interpreter to install into; may create $VENV
+  local found info exe ver venv has_pip managed scripts reason desc
+  found=$(bash "$ROOT/tools/py" --which) || exit 1  # tools/py said why
+  info=$(probe "$found") || die "'$found' (chosen by tools/py) does not run as Python. Fix or unset" \
+    "PYTHON, or put a working python3 on PATH."
+  { read -r exe; read -r ver; read -r venv; read -r has_pip; read -r managed; read -r scripts; } <<<"$info"
+  desc=$found; [ "$exe" = "$found" ] || desc="$found ($exe)"
+  if [ "$venv" = 1 ]; then  # an active or the project's environment: install into it, as always
+    if [ "$has_pip" != 1 ]; then
+      echo "[install] the environment of $exe has no pip: adding it (python -m ensurepip)"
+      "$exe" -m ensurepip --upgrade >"$LOG_DIR/ensurepip.log" 2>&1 || die "$exe has no pip and" \
+        "ensurepip failed (log: $LOG_DIR/ensurepip.log). Install pip into that environment."
+    fi
+    PYTHON=$found
+    export PATH="$scripts:$PATH"  # its console scripts (ninja for the mmcv build) as if activated
+    return
+  fi
+  if ! new_enough "$ver"; then
+    reason="it is Python $ver (mmddp_ext needs 3.8 or newer)"
+  elif [ "$managed" = 1 ]; then
+    reason="it is \"externally managed\" (PEP 668): the system's package manager owns it"
+  elif [ "$has_pip" != 1 ]; then
+    reason="it has no pip"
+  else
+    PYTHON=$found  # installable: today's behaviour, unchanged
+    return
+  fi
+  if [ -n "$USER_PYTHON" ]; then
+    die "PYTHON=$desc cannot be installed into: $reason. Unset PYTHON to let" \
+      "this script create the project's virtual environment $VENV, or point PYTHON at a" \
+      "virtual environment's python."
+  fi
+  echo "[install] $desc, Python $ver, cannot be installed into: $reason."
+  local base=$found
+  if ! new_enough "$ver"; then  # e.g. `python` is Python 2.7: make the environment from python3
+    base=$(command -v python3 || true)
+    [ -n "$base" ] && ver=$("$base" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
+    if [ -z "$base" ] || ! new_enough "$ver"; then
+      die "no Python 3.8 or newer found. Install python3 (Debian/Ubuntu: apt-get install" \
+        "python3 python3-venv) or set PYTHON to one, then run the command again."
+    fi
+  fi
+  [ -e "$VENV" ] && die "$VENV exists but has no working bin/python (made by another Python?):" \
+    "remove it (rm -rf $VENV) and run the command again."
+  echo "[install] Creating the project's own virtual environment $VENV (from $base, Python $ver)"
+  echo "          and installing there (about 6 GB with torch's CUDA libraries). tools/py, and so"
+  echo "          every command in the README, uses it from now on; rm -rf $VENV removes it."
+  make_venv "$base" "${ver%.*}"
+  PYTHON=$VENV/bin/python
+  export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH"
+}
+
 torch_step() {
   if [ -n "$(dist_version torch)" ]; then
     say "keeping installed torch $(dist_version torch)"
@@ -92,8 +217,13 @@ build_tools_step() { "${PIP[@]}" install -r "$ROOT/requirements/build.txt"; }
 stack_deps_step() {
   "${PIP[@]}" install -r "$ROOT/requirements/stack.txt" -r "$ROOT/requirements/runtime.txt"
   if ! py 'import cv2' 2>/dev/null && command -v apt-get >/dev/null; then
+    if ! is_root; then
+      echo "[install] OpenCV cannot load its system libraries. Run:  sudo apt-get install" \
+           "libgl1 libglib2.0-0  and then the command again." >&2
+      return 1
+    fi
     say "OpenCV cannot load its system libraries: installing libgl1 libglib2.0-0"
-    apt-get update && apt-get install -y --no-install-recommends libgl1 libglib2.0-0
+    apt_install libgl1 libglib2.0-0
   fi
   py 'import cv2'
 }
@@ -128,8 +258,33 @@ mmcv_step() {
   py 'import mmcv, mmcv._ext; from mmcv.ops import nms; print("mmcv", mmcv.__version__, "ops ok")'
 }
 
+need_compiler() {  # need_compiler WHAT: a C/C++ compiler and Python's headers, to build WHAT
+  local missing=() headers
+  { command -v cc && command -v c++; } >/dev/null || missing+=(g++)
+  if ! py 'import os, sysconfig
+assert os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' 2>/dev/null; then
+    # Debian/Ubuntu's own Python (base prefix /usr) ships them as python3.X-dev
+    headers=$(py 'import sys; print("python%d.%d-dev" % sys.version_info[:2] if sys.base_prefix == "/usr" else "")')
+    missing+=("${headers:-Python headers (Python.h) for $PYTHON}")
+  fi
+  [ ${#missing[@]} = 0 ] && return 0
+  if is_root && command -v apt-get >/dev/null && [[ "${missing[*]}" != *Python.h* ]]; then
+    say "building $1 needs ${missing[*]}: installing with apt-get"
+    apt_install "${missing[@]}"
+    return
+  fi
+  echo "[install] building $1 needs a C/C++ compiler and Python's headers; missing: ${missing[*]}." >&2
+  if command -v apt-get >/dev/null && [[ "${missing[*]}" != *Python.h* ]]; then
+    echo "[install] Run:  sudo apt-get install ${missing[*]}  and then the command again." >&2
+  else
+    echo "[install] Install them with your system's package manager, then run the command again." >&2
+  fi
+  return 1
+}
+
 build_mmcv() {  # build_mmcv FORCE_CUDA OUT_DIR
   local src
+  need_compiler "mmcv's ops"
   src=$(mktemp -d "${TMPDIR:-/tmp}/mmcv_src.XXXXXX")
   say "building mmcv 2.1.0 from source ($([ "$1" = 1 ] && echo CUDA || echo CPU) ops):" \
       "about 10-15 min on 2 cores, once; the wheel is cached in $2"
@@ -163,6 +318,7 @@ xtcocotools_step() {
     say "xtcocotools already works with numpy $(py 'import numpy; print(numpy.__version__)')"
     return
   fi
+  need_compiler xtcocotools
   "${PIP[@]}" uninstall -y xtcocotools || true
   "${PIP[@]}" install --no-deps --no-build-isolation --no-binary xtcocotools --no-cache-dir \
     xtcocotools==1.14.3
@@ -198,6 +354,8 @@ print("torch", torch.__version__, "torchvision", torchvision.__version__, "mmcv"
 tests_step() { "${PIP[@]}" install -r "$ROOT/requirements/tests.txt"; }
 
 t_all=$SECONDS
+choose_python
+PIP=("$PYTHON" -m pip --disable-pip-version-check)
 echo "[install] python: $(command -v "$PYTHON") ($("$PYTHON" --version 2>&1)); logs in $LOG_DIR"
 step "torch + torchvision" torch_step
 step "build tools (setuptools<82, wheel, ninja, cython)" build_tools_step

@@ -22,8 +22,8 @@ GPUS=${GPUS:-8}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 CPUS_PER_TASK=${CPUS_PER_TASK:-5}
 SRUN_ARGS=${SRUN_ARGS:-}
-PYTHON=${PYTHON:-python}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PYTHON=${PYTHON:-$HERE/py}  # tools/py: $PYTHON, else the active venv, else .venv, else python(3)
 
 # shellcheck disable=SC2086
 PYTHONPATH="$HERE/..${PYTHONPATH:+:$PYTHONPATH}" \

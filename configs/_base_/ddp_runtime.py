@@ -17,5 +17,6 @@ scaling = dict(
     lr_rule='linear',           # 'linear' | 'sqrt' | 'none'
     schedule='keep_samples',    # or 'keep_iters'
     memory_budget_mib=None,     # per-rank budget; on a CPU required by 'auto'
-    on_oom='raise',             # or 'microbatch': redo an out-of-memory step as micro-batches
+    on_oom=None,                # 'microbatch': redo an out-of-memory step as micro-batches;
+                                # 'raise': stop; None: 'microbatch' with 'auto', else 'raise'
 )

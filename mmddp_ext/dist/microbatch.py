@@ -1,7 +1,12 @@
-"""``MicrobatchDDP``: DDP whose training step survives an out-of-memory error on any rank.
+"""``MicrobatchDDP``: data parallelism whose training step survives an out-of-memory error.
 
-Selected by ``scaling.on_oom='microbatch'`` (:func:`mmddp_ext.dist.wrapper.ddp_wrapper_cfg`).
-A plain DDP step cannot be redone: its backward pass starts gradient all-reduces bucket by
+Selected by ``scaling.on_oom='microbatch'``, and by default with
+``max_batch_per_device='auto'``, where it guards the batch the finder picked
+(:func:`mmddp_ext.dist.wrapper.ddp_wrapper_cfg`). It has DDP's semantics (the same initial
+weights on every rank, gradients averaged over ranks before each optimizer step) without DDP's
+reducer, so it needs no more memory than DDP with ``gradient_as_bucket_view=True``: one copy of
+the gradients, and no buckets. In a single process it guards the step the same way, with no
+collective. A plain DDP step cannot be redone: its backward pass starts gradient all-reduces bucket by
 bucket, so a rank that runs out of memory half-way leaves the others waiting in a collective it
 never joins (on gloo: ``collective mismatch``, then an abort). This wrapper orders a step so
 that the ranks agree *before* any collective of the step:
@@ -20,19 +25,19 @@ that the ranks agree *before* any collective of the step:
    if ``broadcast_buffers``, and the optimizer steps: the global batch and the LR are
    unchanged.
 
-Costs, measured in ``docs/benchmarks.md``: no overlap of communication with backward, and
-DDP's buckets are allocated but unused beside the flat gradients (one extra gradient copy).
+Costs, measured in ``docs/benchmarks.md``: no overlap of communication with backward.
 """
 import logging
+import math
 from typing import Any, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
 from mmengine.logging import print_log
-from mmengine.model import MMDistributedDataParallel
 from mmengine.registry import MODEL_WRAPPERS
 
-from ..memory.budget import is_oom_error, ranks_out_of_memory, release_memory
+from ..memory.budget import ranks_out_of_memory, release_memory
+from ..memory.oom import is_oom_error
 from ..scaling.search import batch_length, split_batch
 
 CHUNK_BYTES = 25 * 2 ** 20
@@ -83,9 +88,11 @@ class FlatGradients:
 
     def average(self) -> None:
         """All-reduce the gradients in place, chunk by chunk, and divide by the world size.
-        All ranks must call this."""
+        All ranks must call this (nothing to do in a single process)."""
         self.attach()
-        world = dist.get_world_size()
+        world = _world_size()
+        if world == 1:
+            return
         for flat in self.flats:
             step = max(1, CHUNK_BYTES // flat.element_size())
             for start in range(0, flat.numel(), step):
@@ -93,20 +100,40 @@ class FlatGradients:
             flat.div_(world)
 
 
+def _world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
 @MODEL_WRAPPERS.register_module()
-class MicrobatchDDP(MMDistributedDataParallel):
-    """MMEngine's DDP wrapper with an out-of-memory-proof ``train_step`` (module docstring).
+class MicrobatchDDP(torch.nn.Module):
+    """A data-parallel model wrapper with an out-of-memory-proof ``train_step`` (module
+    docstring). It takes ``MMDistributedDataParallel``'s arguments, so it can replace it in
+    ``model_wrapper_cfg``; those about DDP's reducer (buckets, device ids, unused parameters:
+    every parameter's gradient is averaged, absent ones as zeros) do not apply.
+
+    Args:
+        module: The model (an MMEngine ``BaseModel``).
+        broadcast_buffers: Broadcast the buffers from rank 0 before each optimizer step.
 
     Attributes:
         micro_batches: Micro-batches per batch (1 until an out-of-memory error).
         redone: How many times a step was redone.
+        failed_micro_batch: The size of the micro-batch (or batch) that last ran out of
+            memory on some rank; None while nothing did.
     """
 
-    def __init__(self, module, **kwargs) -> None:
-        super().__init__(module=module, **kwargs)
+    def __init__(self, module: torch.nn.Module, broadcast_buffers: bool = False,
+                 **ddp_args: Any) -> None:
+        super().__init__()
+        self.module = module
+        self.broadcast_buffers = broadcast_buffers
+        if _world_size() > 1:  # as DDP does at construction: every replica starts equal
+            for tensor in list(module.parameters()) + list(module.buffers()):
+                dist.broadcast(tensor.data, 0)
         self.grads = FlatGradients(self.module.parameters())
         self.micro_batches = 1
         self.redone = 0
+        self.failed_micro_batch: Optional[int] = None
         self._pending: List[tuple] = []      # (batch, loss weight) of the current cycle
         self._done = 0                       # pending batches whose gradients are in place
         self._saved_buffers: Optional[List[torch.Tensor]] = None
@@ -148,7 +175,7 @@ class MicrobatchDDP(MMDistributedDataParallel):
         out-of-memory error in the step (e.g. the optimizer's state, allocated at the first
         step) is agreed on and stops every rank."""
         self.grads.average()
-        if self.broadcast_buffers:
+        if self.broadcast_buffers and _world_size() > 1:
             for buffer in self.module.buffers():
                 dist.broadcast(buffer, 0)
         error = None
@@ -167,7 +194,20 @@ class MicrobatchDDP(MMDistributedDataParallel):
                 f'(this rank: {error or "fitted"})')
         optim_wrapper.zero_grad(set_to_none=False)  # keep the gradients in the flat buffer
 
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The inner model's forward."""
+        return self.module(*args, **kwargs)
+
+    def val_step(self, data: Any) -> list:
+        """The inner model's ``val_step``."""
+        return self.module.val_step(data)
+
+    def test_step(self, data: Any) -> list:
+        """The inner model's ``test_step``."""
+        return self.module.test_step(data)
+
     def _redo(self, failed: List[int], batch: int) -> None:
+        self.failed_micro_batch = math.ceil(batch / self.micro_batches)
         if self.micro_batches >= batch:
             raise torch.OutOfMemoryError(
                 f'out of memory on rank(s) {failed} even with micro-batches of 1 sample '
@@ -195,6 +235,10 @@ class MicrobatchDDP(MMDistributedDataParallel):
         if not self._pending:
             self._saved_buffers = [b.detach().clone() for b in self.module.buffers()]
         self._pending.append((data, float(optim_wrapper.scale_loss(torch.ones(())))))
+        # the iteration is counted for accumulation by its last backward; a rank that had
+        # finished an attempt another rank failed must not count it twice (the ranks would
+        # then step the optimizer at different iterations and wait on each other)
+        counted = optim_wrapper._inner_count
         while True:
             error = None
             try:
@@ -208,6 +252,7 @@ class MicrobatchDDP(MMDistributedDataParallel):
                 self._done = len(self._pending)
                 break
             optim_wrapper.zero_grad(set_to_none=False)
+            optim_wrapper._inner_count = counted
             self._done = 0
             release_memory(next(self.module.parameters()).device)
             for saved, buffer in zip(self._saved_buffers, self.module.buffers()):

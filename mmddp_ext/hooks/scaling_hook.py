@@ -1,4 +1,6 @@
-"""``ScalingHook``: show the scaling plan, keep it in checkpoints, reconcile it on resume."""
+"""``ScalingHook``: show the scaling plan, keep it in checkpoints, reconcile it on resume, and
+report (and remember) a step down of the per-device batch during training."""
+import math
 from typing import List, Optional
 
 from mmengine.hooks import Hook
@@ -31,7 +33,8 @@ class ScalingHook(Hook):
     """Logs the runner's scaling plan, stores it in every checkpoint, checks it on resume.
 
     Added automatically by :class:`~mmddp_ext.runner.DDPRunner`; with another runner it only
-    warns that there is no plan. On resume with a checkpoint written under a plan:
+    warns that there is no plan, and only if that runner trains. On resume with a checkpoint
+    written under a plan:
 
     * same global batch and LRs, other samples per iteration (another world size or
       accumulation) → the iteration counter and the iteration-based schedulers are converted
@@ -42,10 +45,18 @@ class ScalingHook(Hook):
 
     priority = 'VERY_HIGH'
 
+    def __init__(self) -> None:
+        self._micro_batches = 1
+
     def before_run(self, runner) -> None:
-        """Log the plan once, on rank 0."""
+        """Log the plan once, on rank 0. A runner without a plan gets a warning, unless it
+        has nothing to train (no train loop configured: built to validate or test only)."""
         plan = getattr(runner, 'scaling_plan', None)
         if runner.rank != 0:
+            return
+        # MMEngine's Runner keeps train_cfg in _train_loop, None when nothing is trained; the
+        # public train_loop property would build the loop (and its dataloader) here.
+        if plan is None and getattr(runner, '_train_loop', None) is None:
             return
         if plan is None:
             runner.logger.warning('ScalingHook: this runner has no scaling plan; use '
@@ -73,3 +84,29 @@ class ScalingHook(Hook):
         for change in convert_checkpoint(checkpoint, factor):
             runner.logger.info(f'mmddp_ext resume on world size {plan.world_size} (saved on '
                                f'{saved["world_size"]}): {change}')
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        """When the guarded step (``MicrobatchDDP``) stepped down, say which batch is now in
+        use and correct the finder's stored result, so the next run starts there."""
+        model = runner.model
+        micro = getattr(model, 'micro_batches', 1)
+        plan = getattr(runner, 'scaling_plan', None)
+        if micro <= self._micro_batches or plan is None:
+            return
+        self._micro_batches = micro
+        batch = plan.per_device_batch_size
+        now = math.ceil(batch / micro)
+        if runner.rank == 0:
+            runner.logger.warning(
+                f'mmddp_ext: out of memory at iteration {runner.iter + 1}; training goes on '
+                f'with per-device batch {batch} run as {micro} micro-batches of at most {now} '
+                f'samples (global batch {plan.global_batch_size} and LR unchanged)')
+        stored = getattr(runner, 'batch_probe', None)
+        if stored is not None:
+            from ..runner.probe import correct_cache
+            correct_cache(stored[0], stored[1], now,
+                          f'training ran out of memory at per-device batch '
+                          f'{math.ceil(batch / (micro // 2))}')
+            if runner.rank == 0:
+                runner.logger.warning(f'mmddp_ext: {stored[0]} now says {now}: the next run '
+                                      f'plans with it')

@@ -1,5 +1,6 @@
-"""A per-rank memory budget; telling out-of-memory errors from other errors, agreeing on them
-across ranks, and releasing what a failed attempt left.
+"""A per-rank memory budget; agreeing on out-of-memory errors across ranks, and releasing what
+a failed attempt left. Which errors are out-of-memory errors is decided in one place,
+:mod:`mmddp_ext.memory.oom`.
 
 ``scaling.memory_budget_mib`` makes running out of memory real and repeatable:
 
@@ -30,7 +31,6 @@ import psutil
 import torch
 from mmengine.dist import all_gather
 
-from .oom import is_oom
 from .stats import MIB
 
 
@@ -47,26 +47,6 @@ class Budget:
     device: str
     nbytes: int
     how: str
-
-
-# oneDNN's message when it cannot allocate its workspace; an out-of-memory error only when the
-# address space is limited (otherwise it may mean an unsupported operation).
-ONEDNN_NO_MEMORY = 'could not create a primitive'
-
-
-def _address_space_limited() -> bool:
-    return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
-
-
-def is_oom_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is an out-of-memory error of torch's CUDA or CPU allocator (or of
-    oneDNN's, under an address-space limit)."""
-    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
-        return True
-    if not isinstance(exc, RuntimeError):
-        return False
-    return is_oom(type(exc).__name__, str(exc)) or (
-        ONEDNN_NO_MEMORY in str(exc) and _address_space_limited())
 
 
 def ranks_out_of_memory(ok: bool) -> List[int]:

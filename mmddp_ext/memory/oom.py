@@ -1,4 +1,12 @@
-"""Out-of-memory errors: recognise them and say what per-device batch would fit (pure).
+"""Out-of-memory errors: the one classifier, and what per-device batch would fit.
+
+:func:`is_oom_error` (a live exception) and :func:`is_oom` (a failure record's type and
+message) are the only out-of-memory predicates of the package: the batch finder,
+``on_oom='microbatch'``, the failure records and ``python -m mmddp_ext.diagnose`` all use them.
+They recognise torch's CUDA and CPU allocators, ``MemoryError``, ``std::bad_alloc``, and, when
+the address space is limited (``scaling.memory_budget_mib`` on a CPU, ``ulimit -v``), oneDNN's
+"could not create a primitive" and the loader's "failed to map segment from shared object"
+(outside such a limit those two mean something else).
 
 The advice keeps the global batch: a smaller per-device batch is paid for with gradient
 accumulation, so the recipe (and the LR) stay as they are.
@@ -11,19 +19,54 @@ accumulation, so the recipe (and the LR) stay as they are.
   per-device batch, and says that this is a rule of thumb, not a measurement.
 """
 import re
+import resource
 from typing import Any, List, Mapping, Optional, Tuple
 
 from ..scaling.plan import best_split
 from ..scaling.search import MARGIN
 
 OOM_PATTERNS = ('out of memory', 'OutOfMemoryError', "can't allocate memory",
-                'DefaultCPUAllocator', 'CUBLAS_STATUS_ALLOC_FAILED', 'std::bad_alloc')
+                'DefaultCPUAllocator', 'CUBLAS_STATUS_ALLOC_FAILED', 'std::bad_alloc',
+                'MemoryError', 'Cannot allocate memory')
+# Out-of-memory errors only under an address-space limit: oneDNN failing to allocate its
+# workspace, and the dynamic loader failing to map a library (a budget too small to import).
+LIMITED_PATTERNS = ('could not create a primitive', 'failed to map segment from shared object')
+MAP_SEGMENT = LIMITED_PATTERNS[1]
 
 
-def is_oom(exc_type: str, message: str) -> bool:
-    """Whether a failure record describes an out-of-memory error."""
-    text = f'{exc_type}: {message}'
-    return any(p.lower() in text.lower() for p in OOM_PATTERNS)
+def address_space_limit() -> Optional[int]:
+    """This process's ``RLIMIT_AS`` soft limit in bytes, or None when unlimited."""
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def is_oom(exc_type: str, message: str, address_space_limited: bool = False) -> bool:
+    """Whether an error, given by its type name and message, is an out-of-memory error.
+
+    Args:
+        exc_type: The exception's class name, e.g. ``'OutOfMemoryError'``.
+        message: Its message.
+        address_space_limited: Whether the process ran under an address-space limit (then
+            :data:`LIMITED_PATTERNS` count too).
+    """
+    text = f'{exc_type}: {message}'.lower()
+    patterns = OOM_PATTERNS + (LIMITED_PATTERNS if address_space_limited else ())
+    return any(p.lower() in text for p in patterns)
+
+
+def is_oom_error(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) is an out-of-memory error; the
+    address-space limit is read now, so call it where the error was raised."""
+    limited = address_space_limit() is not None
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, MemoryError) or type(exc).__name__ == 'OutOfMemoryError':
+            return True
+        if is_oom(type(exc).__name__, str(exc), limited):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def requested_bytes(message: str) -> Optional[int]:
@@ -56,8 +99,35 @@ def fitting_batch(batch: int, baseline: Mapping[str, Any], peak: Mapping[str, An
                                 'batch; the limit was the host memory available to the process')
 
 
+def _nothing_fits(record: Mapping[str, Any]) -> Optional[List[str]]:
+    """Advice when what was measured shows that no per-device batch fits, else None."""
+    budget = record.get('memory_budget_mib')
+    budget_text = (f'scaling.memory_budget_mib={budget}' if budget is not None
+                   else 'the memory available to the process')
+    if MAP_SEGMENT in record.get('message', ''):
+        return [f'cause: out of memory while loading a library: {budget_text} leaves too '
+                f'little address space to import the training stack, before any batch ran',
+                'fix: raise scaling.memory_budget_mib (it is counted above the process size '
+                'when it is applied), or remove the budget (or the ulimit -v) that limits it']
+    if record.get('oom_at_batch') == 1:
+        return [f'cause: out of memory even with micro-batches of 1 sample (measured by '
+                f"scaling.on_oom='microbatch'): no per-device batch fits within {budget_text}",
+                'fix: raise scaling.memory_budget_mib, or train on a device with more memory, '
+                'a smaller model or a smaller input size']
+    return None
+
+
 def oom_advice(record: Mapping[str, Any]) -> List[str]:
-    """Lines of advice for an OOM failure record (see :mod:`mmddp_ext.failures`)."""
+    """Lines of advice for an OOM failure record (see :mod:`mmddp_ext.failures`).
+
+    The advice follows what was measured: ``oom_at_batch`` (the smallest per-device batch or
+    micro-batch that ran out of memory, from ``on_oom='microbatch'``) is used instead of the
+    planned batch when present, and a record that shows that nothing fits says so instead of
+    suggesting a batch.
+    """
+    stuck = _nothing_fits(record)
+    if stuck is not None:
+        return stuck
     plan = record.get('plan') or {}
     memory = record.get('memory') or {}
     batch = plan.get('per_device_batch_size') or record.get('per_device_batch_size')
@@ -68,10 +138,13 @@ def oom_advice(record: Mapping[str, Any]) -> List[str]:
     accum = plan.get('accumulative_counts') or 1
     global_batch = plan.get('global_batch_size') or batch * world * accum
     peak = memory.get('last') or memory.get('now') or {}
-    fit, how = fitting_batch(batch, memory.get('baseline') or {}, peak,
+    failed = min(batch, record.get('oom_at_batch') or batch)
+    fit, how = fitting_batch(failed, memory.get('baseline') or {}, peak,
                              requested_bytes(record.get('message', '')))
     per_device, k = best_split(global_batch, world, fit)  # global is world-divisible
-    lines = [f'cause: out of memory at per-device batch {batch} ({batch} × {world} × '
+    at = f'micro-batches of {failed} of per-device batch {batch}' if failed < batch else (
+        f'per-device batch {batch}')
+    lines = [f'cause: out of memory at {at} ({batch} × {world} × '
              f'accumulation {accum} = global {global_batch})',
              f'fit: per-device batch {per_device} × {world} × accumulation {k} keeps the global '
              f'batch {global_batch} ({how})',

@@ -3,7 +3,8 @@
 Use it with ``runner_type = 'DDPRunner'`` (our ``_base_/ddp_runtime.py`` sets it). MMEngine's
 ``Runner.train()`` builds the dataloader, then the optimizer, scales the LR, then builds the
 schedulers; batch size, accumulation, LR and iteration counts must be settled before that, so
-the plan is computed and applied in :meth:`DDPRunner.from_cfg`:
+the plan is computed and applied in :meth:`DDPRunner.from_cfg` (a config with nothing to
+train is built as MMEngine's Runner builds it):
 
 1. the world size comes from the initialised process group, else from the launcher's
    environment (validated by :mod:`mmddp_ext.dist.env`);
@@ -17,7 +18,8 @@ the plan is computed and applied in :meth:`DDPRunner.from_cfg`:
    reconciles a resume on another world size) and a
    :class:`~mmddp_ext.hooks.RankMemoryHook` (``interval=50``) are added unless the config's
    ``custom_hooks`` list them already;
-4. checkpoints are written atomically (temporary file, fsync, rename) and resumed with
+4. checkpoints are written atomically (temporary file, fsync, rename), in a form plain
+   ``torch.load`` opens (:meth:`DDPRunner.call_hook`), and resumed with
    ``map_location='cpu'``;
 5. distributed runs get the lean DDP wrapper (:func:`mmddp_ext.dist.wrapper.ddp_wrapper_cfg`;
    :class:`~mmddp_ext.dist.microbatch.MicrobatchDDP` with ``on_oom='microbatch'``) and, if
@@ -25,33 +27,30 @@ the plan is computed and applied in :meth:`DDPRunner.from_cfg`:
    initialised here — gloo on CPU, where MMEngine's CUDA-only ``init_dist`` fails.
 """
 import copy
+import logging
 import os
 import os.path as osp
-from typing import Any, List, Optional
+from typing import Any, Optional, Tuple
 
 from mmengine.config import Config
 from mmengine.dist import is_main_process
-from mmengine.registry import RUNNERS
+from mmengine.logging import print_log
+from mmengine.model import is_model_wrapper
+from mmengine.registry import MODEL_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
+from ..checkpoint import from_plain, to_plain
 from ..dist.env import read_dist_env
 from ..dist.launch import init_distributed
-from ..dist.wrapper import ddp_wrapper_cfg
+from ..dist.wrapper import DDP_TYPES, ddp_wrapper_cfg
 from ..memory.budget import apply_budget
 from ..scaling.apply import apply_plan, check_runtime_for_config, plan_for_config
 from ..scaling.config import ScalingConfig
+from ..utils.io import commit
 
 
 # Added unless the config lists them itself (e.g. with another interval).
 DEFAULT_HOOKS = (dict(type='ScalingHook'), dict(type='RankMemoryHook', interval=50))
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _world_size(launcher: str) -> int:
@@ -70,11 +69,15 @@ def _init_process_group(launcher: str, env_cfg: Optional[dict]) -> None:
 
 
 def _measure(cfg: Any, scaling: ScalingConfig, launcher: str,
-             world_size: int) -> Optional[int]:
+             world_size: int) -> Tuple[Optional[int], Optional[tuple]]:
     """Apply ``scaling.memory_budget_mib`` and, for ``max_batch_per_device='auto'``, measure
-    the per-device batch that fits on every rank (:mod:`mmddp_ext.runner.probe`)."""
+    the per-device batch that fits on every rank (:mod:`mmddp_ext.runner.probe`).
+
+    Returns:
+        The measured batch (or None) and where it is stored, ``(path, key)`` (or None).
+    """
     if scaling.memory_budget_mib is None and not scaling.probe:
-        return None
+        return None, None
     import torch
     from mmengine.device import get_device
     device = torch.device(get_device())
@@ -82,13 +85,57 @@ def _measure(cfg: Any, scaling: ScalingConfig, launcher: str,
         device = torch.device('cuda', torch.cuda.current_device())
     budget = apply_budget(scaling.memory_budget_mib, device)
     if not scaling.probe:
-        return None
-    from .probe import find_max_batch
+        return None, None
+    from .probe import cache_location, find_max_batch
     _init_process_group(launcher, cfg.get('env_cfg'))
     loose = plan_for_config(cfg, world_size, max_batch_per_device=2 ** 31)
     upper = loose.per_device_batch_size * loose.accumulative_counts
-    return find_max_batch(cfg, world_size, upper, budget, scaling.memory_budget_mib,
-                          device).max_batch
+    found = find_max_batch(cfg, world_size, upper, budget, scaling.memory_budget_mib, device)
+    return found.max_batch, cache_location(cfg, world_size, upper, device,
+                                           scaling.memory_budget_mib)
+
+
+def _wrapper_cfg(cfg: Any, scaling: ScalingConfig, distributed: bool) -> Optional[dict]:
+    """The model wrapper: the lean DDP one when distributed; ``MicrobatchDDP`` when steps are
+    guarded (``on_oom='microbatch'``, the default with ``max_batch_per_device='auto'``), in
+    a single process too. A guard that only the default asked for gives way to a model
+    wrapper of the config's own (FSDP, ...), with a warning."""
+    import torch
+    policy = scaling.oom_policy
+    own_type = (cfg.get('model_wrapper_cfg') or {}).get('type', 'MMDistributedDataParallel')
+    if scaling.on_oom is None and policy == 'microbatch' and own_type not in DDP_TYPES:
+        print_log(f"[mmddp_ext] model_wrapper_cfg.type={own_type!r}: the batch the finder "
+                  'picks is not guarded against running out of memory during training',
+                  logger='current', level=logging.WARNING)
+        policy = 'raise'
+    if distributed:
+        local_rank = int(os.environ.get('LOCAL_RANK', 0))
+        return ddp_wrapper_cfg(cfg, torch.cuda.is_available(), local_rank, policy)
+    return dict(type='MicrobatchDDP') if policy == 'microbatch' else None
+
+
+def trains(cfg: Any) -> bool:
+    """Whether ``cfg`` has the training parts (``train_dataloader``, ``train_cfg`` and
+    ``optim_wrapper``). Without them, e.g. a config built only to validate or test, there is
+    nothing to plan; MMEngine itself rejects a config that has only some of them."""
+    return all(cfg.get(key) is not None for key in ('train_dataloader', 'train_cfg',
+                                                      'optim_wrapper'))
+
+
+def plans(runner_type: Any) -> bool:
+    """Whether ``runner_type`` (a config's) names :class:`DDPRunner` or a registered subclass,
+    i.e. a runner that applies the ``scaling`` plan."""
+    if runner_type is None:
+        return False
+    if isinstance(runner_type, type):
+        return issubclass(runner_type, DDPRunner)
+    try:
+        cls = RUNNERS.get(runner_type)
+    except KeyError:
+        cls = None
+    if cls is None and str(runner_type).split('.')[-1] == 'DDPRunner':
+        cls = DDPRunner  # 'mmddp_ext.DDPRunner': the scope of our own registration
+    return isinstance(cls, type) and issubclass(cls, DDPRunner)
 
 
 @RUNNERS.register_module()
@@ -101,26 +148,40 @@ class DDPRunner(Runner):
     Attributes:
         scaling_plan: the :class:`~mmddp_ext.scaling.ScalingPlan` of this run.
         scaling_changes: the config changes the plan made, as ``key: old → new`` lines.
+        batch_probe: ``(path, key)`` of the finder's stored result with
+            ``max_batch_per_device='auto'``, else None.
     """
 
     scaling_plan = None
-    scaling_changes: List[str] = []
+    scaling_changes: Tuple[str, ...] = ()
+    batch_probe: Optional[tuple] = None
 
     @classmethod
     def from_cfg(cls, cfg: Any) -> 'DDPRunner':
-        """Plan, apply the plan to a copy of ``cfg``, then build the Runner."""
+        """Plan, apply the plan to a copy of ``cfg``, then build the Runner.
+
+        A config without training parts (see :func:`trains`) is built unplanned, as
+        MMEngine's Runner builds it (the ``scaling`` block does not apply); distributed
+        runs still get the lean DDP wrapper and our hooks.
+        """
         cfg = copy.deepcopy(cfg if isinstance(cfg, Config) else Config(cfg))
         launcher = cfg.get('launcher', 'none')
         world_size = _world_size(launcher)
         import torch
-        scaling = check_runtime_for_config(cfg, torch.cuda.is_available(), launcher != 'none')
-        if launcher != 'none':
-            local_rank = int(os.environ.get('LOCAL_RANK', 0))
-            cfg.model_wrapper_cfg = ddp_wrapper_cfg(cfg, torch.cuda.is_available(), local_rank,
-                                                    scaling.on_oom)
-        measured = _measure(cfg, scaling, launcher, world_size)
-        plan = plan_for_config(cfg, world_size, max_batch_per_device=measured)
-        changes = apply_plan(cfg, plan)
+        training = trains(cfg)
+        if training:
+            scaling = check_runtime_for_config(cfg, torch.cuda.is_available(),
+                                               launcher != 'none')
+        else:  # nothing to train: nothing to plan, nothing to measure
+            scaling = ScalingConfig()
+        wrapper = _wrapper_cfg(cfg, scaling, launcher != 'none')
+        if wrapper is not None:
+            cfg.model_wrapper_cfg = wrapper
+        plan, changes, stored = None, [], None
+        if training:
+            measured, stored = _measure(cfg, scaling, launcher, world_size)
+            plan = plan_for_config(cfg, world_size, max_batch_per_device=measured)
+            changes = apply_plan(cfg, plan)
         hooks = list(cfg.get('custom_hooks') or [])
         for default in DEFAULT_HOOKS:
             if not any(str(h.get('type')).split('.')[-1] == default['type'] for h in hooks):
@@ -129,7 +190,36 @@ class DDPRunner(Runner):
         runner = super().from_cfg(cfg)
         runner.scaling_plan = plan
         runner.scaling_changes = changes
+        runner.batch_probe = stored
         return runner
+
+    def wrap_model(self, model_wrapper_cfg: Optional[dict], model: Any) -> Any:
+        """MMEngine's wrapping; in a single process, ``MicrobatchDDP`` when the config asks
+        for it (MMEngine wraps only distributed models)."""
+        model = super().wrap_model(model_wrapper_cfg, model)
+        if (not self.distributed and model_wrapper_cfg
+                and model_wrapper_cfg.get('type') == 'MicrobatchDDP'
+                and not is_model_wrapper(model)):
+            model = MODEL_WRAPPERS.build(dict(model_wrapper_cfg), default_args=dict(module=model))
+        return model
+
+    def call_hook(self, fn_name: str, **kwargs) -> None:
+        """MMEngine's hook calls, with checkpoints that plain ``torch.load`` opens.
+
+        After every hook ran ``before_save_checkpoint``, the checkpoint about to be written
+        is converted with :func:`~mmddp_ext.checkpoint.to_plain` (message hub history
+        buffers, numpy arrays and scalars become tensors and plain values); before any hook
+        runs ``after_load_checkpoint``, a loaded one is converted back with
+        :func:`~mmddp_ext.checkpoint.from_plain`, so hooks and ``resume`` (which restores
+        the message hub afterwards) see what was saved. Both change the checkpoint dict in
+        place: MMEngine keeps using that same dict.
+        """
+        checkpoint = kwargs.get('checkpoint')
+        if fn_name == 'after_load_checkpoint' and isinstance(checkpoint, dict):
+            checkpoint.update(from_plain(checkpoint))
+        super().call_hook(fn_name, **kwargs)
+        if fn_name == 'before_save_checkpoint' and isinstance(checkpoint, dict):
+            checkpoint.update(to_plain(checkpoint))
 
     def save_checkpoint(self, out_dir: str, filename: str, file_client_args=None,
                         save_optimizer: bool = True, save_param_scheduler: bool = True,
@@ -150,9 +240,7 @@ class DDPRunner(Runner):
                 os.remove(part)
             raise
         if main:
-            _fsync(part)
-            os.replace(part, osp.join(out_dir, filename))
-            _fsync(out_dir)
+            commit(part, osp.join(out_dir, filename))
 
     def resume(self, filename: str, resume_optimizer: bool = True,
                resume_param_scheduler: bool = True, map_location='cpu') -> None:

@@ -3,7 +3,8 @@
 :func:`find_max_batch` runs before the Runner is built, on a model of its own:
 
 1. the model from ``cfg.model`` on this rank's device, wrapped like the Runner will wrap it
-   (DDP's gradient buckets are allocated when DDP is built, so they are in the measurement), the
+   (DDP's gradient buckets, or ``MicrobatchDDP``'s flat gradients, are allocated when the
+   wrapper is built, so they are in the measurement), the
    optimizer from ``cfg.optim_wrapper``, and real samples from ``cfg.train_dataloader`` (this
    rank's part of the sampler's order, through the training pipeline);
 2. every trial is forward + backward + optimizer step on a batch of those samples, run on the
@@ -16,13 +17,20 @@
 4. the model is dropped before the Runner builds its own, and the result is stored in
    ``<work_dir>/batch_probe.json``: a restart with the same model, pipeline, optimizer, device,
    budget and world size reads it instead of probing again.
+
+A trial cannot hold everything training will (the Runner's hooks, the dataloader, a kernel
+that needs a workspace only in a later iteration), so the answer is guarded: with ``'auto'``
+the model wrapper is :class:`~mmddp_ext.dist.microbatch.MicrobatchDDP` unless
+``scaling.on_oom`` says otherwise. If a training step then runs out of memory on any rank,
+every rank agrees and redoes it as micro-batches (global batch and LR unchanged), the log says
+which batch is now in use, and :func:`correct_cache` stores it, so the next run plans with it.
 """
 import copy
 import itertools
 import json
 import os
 import os.path as osp
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 import torch
 from mmengine.dist import broadcast_object_list, get_rank, is_distributed
@@ -32,7 +40,9 @@ from mmengine.registry import MODEL_WRAPPERS, MODELS, init_default_scope
 from mmengine.runner import Runner
 
 from ..errors import ScalingError
-from ..memory.budget import Budget, is_oom_error, ranks_out_of_memory, release_memory
+from ..utils.io import atomic_write_text
+from ..memory.budget import Budget, ranks_out_of_memory, release_memory
+from ..memory.oom import is_oom_error
 from ..scaling.search import (CACHE_FILE, MARGIN, SearchResult, Trial, cache_key, max_trials,
                               search_max_batch)
 
@@ -81,11 +91,14 @@ class _Trials:
         model = MODELS.build(copy.deepcopy(cfg.model)).to(device)
         model.train()
         wrapper_cfg = cfg.get('model_wrapper_cfg')
-        if is_distributed() and wrapper_cfg:
+        if wrapper_cfg and (is_distributed() or wrapper_cfg.get('type') == 'MicrobatchDDP'):
             self.net = MODEL_WRAPPERS.build(copy.deepcopy(dict(wrapper_cfg)),
                                             default_args=dict(module=model))
         else:
             self.net = model
+        # MicrobatchDDP's gradients are views of one flat buffer for the whole run: keep them
+        # (set_to_none would make each trial allocate a second copy beside it)
+        self.keep_grads = hasattr(self.net, 'grads')
         self.model = model
         self.optim_wrapper = build_optim_wrapper(self.net, copy.deepcopy(cfg.optim_wrapper))
 
@@ -111,7 +124,7 @@ class _Trials:
                 raise
             ok = False
         finally:
-            self.optim_wrapper.zero_grad(set_to_none=True)
+            self.optim_wrapper.zero_grad(set_to_none=not self.keep_grads)
             release_memory(self.device)
         self.failed = ranks_out_of_memory(ok)
         return not self.failed
@@ -153,12 +166,36 @@ def _read_cache(path: str, key: str) -> Optional[SearchResult]:
 def _write_cache(path: str, key: str, result: SearchResult, how: str) -> None:
     if get_rank() != 0:
         return
-    os.makedirs(osp.dirname(path) or '.', exist_ok=True)
-    part = f'{path}.part'
-    with open(part, 'w') as f:
-        json.dump(dict(key=key, measured=how, margin=MARGIN, result=result.to_dict()), f,
-                  indent=1)
-    os.replace(part, path)
+    atomic_write_text(path, json.dumps(dict(key=key, measured=how, margin=MARGIN,
+                                            result=result.to_dict()), indent=1))
+
+
+def cache_location(cfg: Any, world_size: int, upper: int, device: torch.device,
+                   budget_mib: Optional[int]) -> Tuple[Optional[str], str]:
+    """Where the finder's result for this run is stored (None without a work dir), and the
+    key of what it depends on."""
+    work_dir = cfg.get('work_dir')
+    path = osp.join(work_dir, CACHE_FILE) if work_dir else None
+    return path, cache_key(_cache_facts(cfg, world_size, upper, device, budget_mib))
+
+
+def correct_cache(path: Optional[str], key: str, max_batch: int, why: str) -> None:
+    """Store a smaller ``max_batch`` after training ran out of memory at the one the finder
+    picked, so that the next run plans with it. Rank 0 writes; a no-op elsewhere or when no
+    result was stored."""
+    if not path or get_rank() != 0 or not osp.isfile(path):
+        return
+    try:
+        with open(path) as f:
+            stored = json.load(f)
+    except (OSError, ValueError):
+        return
+    if stored.get('key') != key or stored['result']['max_batch'] <= max_batch:
+        return
+    stored.setdefault('corrections', []).append(
+        dict(found=stored['result']['max_batch'], now=max_batch, why=why))
+    stored['result']['max_batch'] = max_batch
+    atomic_write_text(path, json.dumps(stored, indent=1))
 
 
 def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget,
@@ -178,9 +215,7 @@ def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget,
         ScalingError: when not even one sample per device fits.
     """
     init_default_scope(cfg.get('default_scope', 'mmengine'))
-    work_dir = cfg.get('work_dir')
-    path = osp.join(work_dir, CACHE_FILE) if work_dir else None
-    key = cache_key(_cache_facts(cfg, world_size, upper, device, budget_mib))
+    path, key = cache_location(cfg, world_size, upper, device, budget_mib)
     result = _read_cache(path, key) if path else None
     if result is not None:
         _log(f'per-device batch {result.max_batch} fits on every rank (measured before, read '
@@ -202,9 +237,11 @@ def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget,
     finally:
         trials.close()
     if result.max_batch == 0:
-        raise ScalingError(f'not even a per-device batch of 1 fits ({budget.how}, '
-                           f'{reserve / 2 ** 20:.0f} MiB kept free): raise scaling.memory_budget_mib, use a smaller input '
-                           f'size or model, or train on a device with more memory')
+        raise ScalingError(
+            f'not even a per-device batch of 1 fits on rank(s) {trials.failed} (measured on '
+            f'rank {get_rank()}: {budget.how}; {reserve / 2 ** 20:.0f} MiB kept free during '
+            f'each trial): raise scaling.memory_budget_mib, free memory on those ranks, use a '
+            f'smaller input size or model, or train on a device with more memory')
     _log(f'per-device batch {result.max_batch} fits on every rank ({len(result.trials)} trials, '
          f'{result.seconds:.1f} s)')
     if path:

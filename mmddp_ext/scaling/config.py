@@ -97,7 +97,9 @@ class ScalingConfig:
             share of the device's memory this process may use. None: no limit.
         on_oom: ``'raise'`` (an out-of-memory error stops training) or ``'microbatch'`` (all
             ranks agree, the step is redone as smaller micro-batches; global batch and LR
-            stay).
+            stay). None (the default): ``'microbatch'`` with ``max_batch_per_device='auto'``,
+            so that a batch the finder picked never ends a run with an out-of-memory crash;
+            else ``'raise'``. See :attr:`oom_policy`.
     """
 
     global_batch_size: Optional[int] = None
@@ -106,7 +108,7 @@ class ScalingConfig:
     lr_rule: str = 'linear'
     schedule: str = 'keep_samples'
     memory_budget_mib: Optional[int] = None
-    on_oom: str = 'raise'
+    on_oom: Optional[str] = None
 
     def __post_init__(self) -> None:
         """Validate every field (see :func:`check_size` and :func:`check_choice`)."""
@@ -116,12 +118,21 @@ class ScalingConfig:
         check_choice('scaling.lr_rule', self.lr_rule, LR_RULES)
         check_choice('scaling.schedule', self.schedule, SCHEDULES)
         check_size('scaling.memory_budget_mib', self.memory_budget_mib)
-        check_choice('scaling.on_oom', self.on_oom, ON_OOM)
+        if self.on_oom is not None:
+            check_choice('scaling.on_oom', self.on_oom, ON_OOM)
 
     @property
     def probe(self) -> bool:
         """Whether the per-device cap is to be measured (``max_batch_per_device='auto'``)."""
         return self.max_batch_per_device == AUTO
+
+    @property
+    def oom_policy(self) -> str:
+        """``on_oom`` as given, else ``'microbatch'`` when the batch is measured, else
+        ``'raise'``."""
+        if self.on_oom is not None:
+            return self.on_oom
+        return 'microbatch' if self.probe else 'raise'
 
 
 def _check_keys(block: Mapping[str, Any]) -> None:
@@ -172,7 +183,3 @@ def check_runtime(scaling: ScalingConfig, cuda: bool, distributed: bool) -> None
                          "set scaling.memory_budget_mib, e.g. --cfg-options "
                          "scaling.memory_budget_mib=4096, or give a number, e.g. "
                          "scaling.max_batch_per_device=32")
-    if scaling.on_oom == 'microbatch' and not distributed:
-        raise ValueError("scaling.on_oom='microbatch' needs a distributed launch (it replaces "
-                         "the DDP wrapper): start with tools/dist_train.sh CONFIG 1 or "
-                         "--launcher pytorch, or set scaling.on_oom='raise'")

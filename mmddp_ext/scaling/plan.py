@@ -12,6 +12,12 @@ gives per-device 64, accumulation 8, global 512, LR × 1.0. The config as writte
 4000 micro-iterations, which are the same 500 optimizer steps, because MMEngine's parameter
 schedulers step every micro-iteration. On 16 GPUs the same recipe gives per-device 32,
 accumulation 1 and ``iter_scale`` 1.0 (16 × 32 = 512 samples per iteration, as written).
+
+An ``auto_scale_lr.base_batch_size`` that is no whole number of the config's per-device steps
+(``batch_size=3``, base 16) is set aside with one warning, keeping MMEngine's per-device
+semantics: no world size reproduces it, and as a recipe it would change the epoch length and
+LR of a config MMEngine runs as written. ``scaling.global_batch_size`` / ``base_batch_size``
+still mean what they say.
 """
 import itertools
 import math
@@ -225,6 +231,28 @@ def _resolve_base(scaling: ScalingConfig, facts: ConfigFacts) -> Tuple[Optional[
     return None, ''
 
 
+def _unreachable_base(scaling: ScalingConfig, facts: ConfigFacts,
+                      base: Tuple[Optional[int], str]) -> Optional[str]:
+    """The warning for an ``auto_scale_lr.base_batch_size`` that no world size reproduces
+    (not a multiple of batch × accumulation) and that would switch a config MMEngine runs
+    per device into recipe mode; None when the base is usable or not used that way."""
+    per_step = facts.batch_size * facts.accumulative_counts
+    if (scaling.global_batch_size is not None or facts.auto_scale_lr_enable
+            or base[1] != 'auto_scale_lr.base_batch_size' or base[0] % per_step == 0):
+        return None
+    below, above = base[0] // per_step * per_step, (base[0] // per_step + 1) * per_step
+    multiples = f'{below} or {above}' if below else f'{above}'
+    batch = f'train_dataloader.batch_size={facts.batch_size}' + (
+        f' × accumulation {facts.accumulative_counts}' if facts.accumulative_counts > 1 else '')
+    kept = 'batch and accumulation as written, LR × 1.0' + (
+        '' if name_batch(facts.config_name) else ', iteration counts as written')
+    return (f'auto_scale_lr.base_batch_size={base[0]} is not a whole number of per-device '
+            f'steps ({batch} = {per_step} samples), so no world size reproduces it: keeping '
+            f"MMEngine's per-device semantics ({kept}); "
+            f'for a fixed global batch set auto_scale_lr.base_batch_size to a multiple of '
+            f'{per_step} (e.g. {multiples}) or scaling.global_batch_size={base[0]}')
+
+
 def _resolve_cap(scaling: ScalingConfig, facts: ConfigFacts, measured: Optional[int]) -> int:
     """The per-device cap: measured, else an int scaling.max_batch_per_device, else as written."""
     if measured is not None:
@@ -265,10 +293,12 @@ def _per_device_split(scaling: ScalingConfig, facts: ConfigFacts, measured: Opti
     return per_device, accumulation
 
 
-def _lr_scale(rule: str, global_batch: int, base: Optional[int], warnings: List[str]) -> float:
-    """``rule(global_batch / base)``; 1.0 (with a warning) when the base is unknown."""
+def _lr_scale(rule: str, global_batch: int, base: Optional[int], warnings: List[str],
+              quiet: bool = False) -> float:
+    """``rule(global_batch / base)``; 1.0 when the base is unknown (with a warning unless
+    ``quiet``: the caller has said why already)."""
     if base is None:
-        if rule != 'none':
+        if rule != 'none' and not quiet:
             warnings.append('LR kept as written (× 1.0) because no base batch size is known: '
                             'set scaling.base_batch_size (or auto_scale_lr.base_batch_size) '
                             'to the global batch the LR was tuned for')
@@ -302,14 +332,17 @@ def _name_warning(facts: ConfigFacts, base: Tuple[Optional[int], str],
 
 def _iteration_scale(scaling: ScalingConfig, facts: ConfigFacts, mode: str,
                      reference: Optional[int], samples_per_iter: int,
-                     warnings: List[str]) -> float:
-    """The iteration factor for the schedule; may append a warning."""
+                     warnings: List[str], quiet: bool = False) -> float:
+    """The iteration factor for the schedule; may append a warning (not the one for an
+    unknown reference when ``quiet``)."""
     if scaling.schedule == 'keep_iters':
         return 1.0
     if reference is None and mode == 'per_device':
-        warnings.append(f'iteration counts kept as written: the number of devices '
-                        f'{facts.config_name!r} was written for is unknown (no usable base '
-                        f'batch size and no NxbM in the name); set scaling.base_batch_size')
+        if not quiet:
+            warnings.append(f'iteration counts kept as written: the number of devices '
+                            f'{facts.config_name!r} was written for is unknown (no usable '
+                            f'base batch size and no NxbM in the name); set '
+                            f'scaling.base_batch_size')
         return 1.0
     if reference is None:
         warnings.append(f'assuming {facts.config_name!r} was written for 1 device (no '
@@ -342,6 +375,10 @@ def make_plan(scaling: ScalingConfig, facts: ConfigFacts, world_size: int,
     check_size('max_batch_per_device', max_batch_per_device)
     base = _resolve_base(scaling, facts)
     warnings: List[str] = []
+    unreachable = _unreachable_base(scaling, facts, base)
+    if unreachable is not None:  # one warning says it all: planned as without a base
+        warnings.append(unreachable)
+        base = (None, '')
     if scaling.probe and max_batch_per_device is None:
         warnings.append(f"scaling.max_batch_per_device='auto' is measured when training starts; "
                         f"until then this plan assumes the config's batch_size "
@@ -355,10 +392,11 @@ def make_plan(scaling: ScalingConfig, facts: ConfigFacts, world_size: int,
         per_device, accumulation = _recipe_split(scaling, facts, world_size,
                                                  max_batch_per_device, base, warnings)
     global_batch = per_device * world_size * accumulation
-    lr_scale = _lr_scale(scaling.lr_rule, global_batch, base[0], warnings)
+    quiet = unreachable is not None
+    lr_scale = _lr_scale(scaling.lr_rule, global_batch, base[0], warnings, quiet)
     reference = _reference_world_size(facts, base[0])
     iter_scale = _iteration_scale(scaling, facts, mode, reference, per_device * world_size,
-                                  warnings)
+                                  warnings, quiet)
     _name_warning(facts, base, warnings)
     return ScalingPlan(
         mode=mode, world_size=world_size, per_device_batch_size=per_device,

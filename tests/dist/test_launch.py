@@ -1,6 +1,9 @@
 """Real multi-process launches on CPU (gloo): dist_train.sh, by hand, multi-node, launch()."""
 import ast
+import json
+import math
 import os.path as osp
+import re
 import time
 
 import pytest
@@ -12,13 +15,43 @@ from mmddp_ext.dist.launch import find_free_port
 pytestmark = pytest.mark.slow
 
 
-def _assert_disjoint_and_complete(records, world):
+def _train_ids(data_root):
+    """The ids of the training samples: one per person annotation of the train split."""
+    with open(osp.join(data_root, 'annotations', 'train.json')) as f:
+        return sorted(a['id'] for a in json.load(f)['annotations'])
+
+
+def _global_batch_from_name(config):
+    """N × M of the config name's ``NxbM`` (the global batch the recipe was written for)."""
+    n, m = re.search(r'_(\d+)xb(\d+)-', osp.basename(config)).groups()
+    return int(n) * int(m)
+
+
+def _assert_disjoint_and_complete(records, world, data_root):
+    """One epoch: every rank trained on its own share of the data, in batches of
+    global / world, and the replicas ended equal (and different from where they started)."""
     assert sorted(records) == list(range(world))
+    ids = _train_ids(data_root)
+    global_batch = _global_batch_from_name(DEMO_CONFIG)
+    per_device, iters = global_batch // world, math.ceil(len(ids) / global_batch)
     seen = [set(r['samples']) for r in records.values()]
     assert all(seen), 'every rank trained on samples'
     for i in range(world):
         for j in range(i + 1, world):
             assert not seen[i] & seen[j], f'ranks {i} and {j} saw the same samples'
+    for rank, r in records.items():
+        # its share: len(ids) / world samples, each once, in batches of per_device
+        assert r['batch_sizes'] == [per_device] * iters, (rank, r['batch_sizes'])
+        assert len(r['samples']) == len(set(r['samples'])) == len(ids) // world
+    assert sorted(set().union(*seen)) == ids, 'the ranks together saw every sample'
+    # DDP keeps the replicas equal: the same parameters, bit for bit, on every rank
+    digests = {r['param_digest'] for r in records.values()}
+    assert len(digests) == 1, {k: r['param_checksum'] for k, r in records.items()}
+    checksums = [r['param_checksum'] for r in records.values()]
+    assert max(checksums) == min(checksums)
+    # ... and they started equal and training moved them
+    assert len({r['param_digest_before'] for r in records.values()}) == 1
+    assert digests != {r['param_digest_before'] for r in records.values()}
 
 
 def test_dist_train_sh_two_processes(demo_data, tmp_path):
@@ -29,7 +62,7 @@ def test_dist_train_sh_two_processes(demo_data, tmp_path):
     for rank, r in records.items():
         assert r['dist_world'] == 2
         assert r['env']['RANK'] == r['env']['LOCAL_RANK'] == str(rank)
-    _assert_disjoint_and_complete(records, 2)
+    _assert_disjoint_and_complete(records, 2, demo_data)
     assert 'process group: gloo' in out and 'RANK 0 of WORLD_SIZE 2' in out
     assert osp.isfile(tmp_path / 'w' / 'epoch_1.pth')
 
@@ -57,7 +90,7 @@ def test_manual_env_launch_without_local_rank(demo_data, tmp_path):
     records = read_records(rec)
     for rank, r in records.items():
         assert r['env']['LOCAL_RANK'] == str(rank)  # derived on CPU: LOCAL_RANK = RANK
-    _assert_disjoint_and_complete(records, 2)
+    _assert_disjoint_and_complete(records, 2, demo_data)
 
 
 def test_two_nodes_of_two_processes_on_loopback(demo_data, tmp_path):
@@ -77,18 +110,20 @@ def test_two_nodes_of_two_processes_on_loopback(demo_data, tmp_path):
         assert env['RANK'] == rank == env['GROUP_RANK'] * 2 + env['LOCAL_RANK']
     assert {(r['env']['GROUP_RANK'], r['env']['LOCAL_RANK']) for r in records.values()} == \
         {('0', '0'), ('0', '1'), ('1', '0'), ('1', '1')}
-    _assert_disjoint_and_complete(records, 4)
+    _assert_disjoint_and_complete(records, 4, demo_data)
 
 
 def test_launch_api(demo_data, tmp_path):
     work = str(tmp_path / 'w')
+    rec = str(tmp_path / 'rec')
     code = ('import mmddp_ext, sys; '
-            f'r = mmddp_ext.launch({DEMO_CONFIG!r}, nproc_per_node=2, '
+            f'r = mmddp_ext.launch({recording_config(tmp_path, rec)!r}, nproc_per_node=2, '
             f'args=["--work-dir", {work!r}, *sys.argv[1:]]); print("RESULT", r)')
     out = check_ok(run([PYTHON, '-c', code, *demo_options(demo_data, 1)]))
     result = out[out.rindex('RESULT ') + len('RESULT '):].splitlines()[0]
     assert ast.literal_eval(result) == {0: 0, 1: 0}  # {local rank: return value}, any order
     assert osp.isfile(osp.join(work, 'epoch_1.pth'))
+    _assert_disjoint_and_complete(read_records(rec), 2, demo_data)
 
 
 def test_failing_worker_is_named_in_the_last_lines(demo_data, tmp_path):

@@ -1,11 +1,17 @@
-"""MicrobatchDDP's back-off, deterministic: one gloo process and a model that raises torch's
-real out-of-memory exception above a batch size (what a GPU would do)."""
+"""MicrobatchDDP's back-off, deterministic: a model that raises torch's real out-of-memory
+exception above a batch size (what a GPU would do), in one gloo process and in two real gloo
+processes whose limits differ."""
+import json
+import os.path as osp
+import re
+
 import pytest
 import torch
 import torch.distributed as dist
 from mmengine.model import BaseModel
 from mmengine.optim import OptimWrapper
 
+from conftest import PYTHON, check_ok, run
 from mmddp_ext.dist.microbatch import MicrobatchDDP
 
 
@@ -89,3 +95,68 @@ def test_other_errors_are_not_retried(group):
     with pytest.raises(ValueError, match='shape mismatch'):
         model.train_step(_batch(4), optim)
     assert model.micro_batches == 1
+
+
+# Two ranks, each with its own data and its own limit (None: never out of memory); the errors
+# are the allocators' own exceptions ('cuda': torch.OutOfMemoryError, 'cpu': the
+# DefaultCPUAllocator RuntimeError).
+SCENARIOS = [
+    dict(name='rank1_cuda', limits=[None, 3], error='cuda', batches=[8, 8, 8], accumulation=1),
+    dict(name='rank1_cpu', limits=[None, 3], error='cpu', batches=[8, 8, 8], accumulation=1),
+    dict(name='both_ranks', limits=[5, 3], error='cpu', batches=[8, 8], accumulation=1),
+    dict(name='cycle', limits=[None, 3], error='cuda', batches=[2, 6, 6, 6], accumulation=2),
+]
+# (micro-batches at the end, [(failed ranks, micro-batches of the redo), ...], forward sizes of
+# rank 0, of rank 1), worked out by hand from the limits: a failure on any rank makes both
+# ranks redo the step with twice the micro-batches.
+EXPECTED = {
+    # 8 fails on rank 1 (limit 3) → 2 × 4, fails again on rank 1 → 4 × 2 fits; stays at 4
+    'rank1_cuda': (4, [([1], 2), ([1], 4)], [8, 4, 4] + [2] * 12, [8, 4] + [2] * 12),
+    'rank1_cpu': (4, [([1], 2), ([1], 4)], [8, 4, 4] + [2] * 12, [8, 4] + [2] * 12),
+    # 8 fails on both; 2 × 4 fits rank 0 (limit 5) only; 4 × 2 fits both
+    'both_ranks': (4, [([0, 1], 2), ([1], 4)], [8, 4, 4] + [2] * 8, [8, 4] + [2] * 8),
+    # accumulation 2: batch 2 fits, batch 6 fails on rank 1 → the whole cycle is redone as
+    # 2 micro-batches (1 + 1, 3 + 3), and the next cycle stays split (3 + 3, 3 + 3)
+    'cycle': (2, [([1], 2)], [2, 6, 1, 1] + [3] * 6, [2, 6, 1, 1] + [3] * 6),
+}
+
+
+@pytest.fixture(scope='module')
+def two_ranks(tmp_path_factory):
+    """``tests/helpers/microbatch_oom_ranks.py`` under torchrun, 2 gloo processes."""
+    out = str(tmp_path_factory.mktemp('mb_ranks'))
+    check_ok(run([PYTHON, '-m', 'torch.distributed.run', '--nproc_per_node', '2',
+                  '--standalone', 'tests/helpers/microbatch_oom_ranks.py', out,
+                  json.dumps(SCENARIOS)], timeout=300))
+    return [json.load(open(osp.join(out, f'rank{r}.json'))) for r in (0, 1)]
+
+
+def _redo_lines(logs):
+    """``[(failed ranks, micro-batches), ...]`` from MicrobatchDDP's warnings."""
+    found = [re.search(r'out of memory on rank\(s\) \[([\d, ]*)\] during a step; every rank '
+                       r'redoes it as (\d+) micro-batches', line) for line in logs]
+    return [([int(r) for r in m[1].split(',')], int(m[2])) for m in found if m]
+
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('name', [s['name'] for s in SCENARIOS])
+def test_two_ranks_redo_the_step_together(two_ranks, name):
+    spec = next(s for s in SCENARIOS if s['name'] == name)
+    parts, redos, sizes0, sizes1 = EXPECTED[name]
+    assert all(name in r for r in two_ranks), 'an earlier scenario broke the process group'
+    recs = [r[name] for r in two_ranks]
+    errors = {rank: rec['error'][:300] for rank, rec in enumerate(recs) if 'error' in rec}
+    assert not errors, f'the ranks fell out of step: {errors}'
+    assert [r['sizes'] for r in recs] == [sizes0, sizes1]
+    for rank, rec in enumerate(recs):
+        # both ranks redo with the same number of micro-batches, and say which rank failed
+        assert (rec['micro_batches'], rec['redone']) == (parts, len(redos)), rank
+        assert _redo_lines(rec['logs']) == redos, rec['logs']
+        # the result is the un-split step's (MMEngine's DDP, one pass per batch, no limit)
+        assert rec['moved'] > 1e-3                      # training changed the weights at all
+        assert rec['diff'] < 1e-6 and rec['loss_diff'] < 1e-5, rec
+        assert rec['seen'] == sum(spec['batches'])      # buffers restored before each redo
+    # the gradients were averaged over both ranks: the replicas are equal, bit for bit
+    assert recs[0]['digest'] == recs[1]['digest']
+    assert recs[0]['checksum'] == recs[1]['checksum']

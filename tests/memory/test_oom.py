@@ -1,9 +1,9 @@
-"""Out-of-memory recognition and advice (pure), and the budget's error classification."""
+"""Out-of-memory recognition (the one classifier) and advice (pure)."""
 import pytest
 import torch
 
-from mmddp_ext.memory.budget import is_oom_error
-from mmddp_ext.memory.oom import fitting_batch, is_oom, oom_advice, requested_bytes
+from mmddp_ext.memory import oom as oom_module
+from mmddp_ext.memory.oom import fitting_batch, is_oom, is_oom_error, oom_advice, requested_bytes
 
 CPU_MESSAGE = ("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
                "allocate memory: you tried to allocate 16777216 bytes. Error code 12")
@@ -27,15 +27,72 @@ def test_requested_bytes_reads_both_allocators():
     assert requested_bytes('no size here') is None
 
 
-@pytest.mark.parametrize('exc, expected', [
-    (torch.OutOfMemoryError('CUDA out of memory.'), True),
-    (MemoryError(), True),
-    (RuntimeError(CPU_MESSAGE), True),
-    (RuntimeError('could not create a primitive'), False),   # no address-space limit here
-    (ValueError(CPU_MESSAGE), False),
+ONEDNN = RuntimeError('could not create a primitive')
+MAP = ImportError('libtorch_cpu.so: failed to map segment from shared object')
+
+
+@pytest.mark.parametrize('exc, limited, expected', [
+    (torch.OutOfMemoryError('CUDA out of memory.'), False, True),
+    (MemoryError(), False, True),
+    (RuntimeError(CPU_MESSAGE), False, True),
+    (ValueError(CPU_MESSAGE), False, True),             # the allocator's text, whatever wraps it
+    (ValueError('batch_size should be a positive integer'), True, False),
+    (ONEDNN, False, False),                             # without a limit: not memory
+    (ONEDNN, True, True),                               # under an address-space limit: memory
+    (MAP, False, False),
+    (MAP, True, True),
+    (OSError(12, 'Cannot allocate memory'), False, True),
 ])
-def test_is_oom_error(exc, expected):
+def test_is_oom_error(monkeypatch, exc, limited, expected):
+    # the limit is set here, not read from this machine (a `ulimit -v` must not change it)
+    monkeypatch.setattr(oom_module, 'address_space_limit', lambda: 2 ** 30 if limited else None)
     assert is_oom_error(exc) is expected
+
+
+def test_is_oom_error_follows_the_cause(monkeypatch):
+    monkeypatch.setattr(oom_module, 'address_space_limit', lambda: None)
+    try:
+        try:
+            raise torch.OutOfMemoryError('CUDA out of memory.')
+        except torch.OutOfMemoryError as e:
+            raise RuntimeError('step failed') from e
+    except RuntimeError as wrapped:
+        assert is_oom_error(wrapped)
+    assert not is_oom_error(RuntimeError('step failed'))
+
+
+@pytest.mark.parametrize('limited', [False, True])
+def test_records_and_live_errors_agree(monkeypatch, limited):
+    """A failure record (type name, message, whether the address space was limited) is
+    classified as the live error was."""
+    monkeypatch.setattr(oom_module, 'address_space_limit', lambda: 2 ** 30 if limited else None)
+    for exc in (RuntimeError(CPU_MESSAGE), ONEDNN, MAP, ValueError('no'), MemoryError('x')):
+        assert is_oom(type(exc).__name__, str(exc), limited) is is_oom_error(exc)
+
+
+def test_advice_when_micro_batches_of_one_did_not_fit():
+    """on_oom='microbatch' measured that nothing fits: no batch is suggested."""
+    record = dict(message='out of memory even with micro-batches of 1 sample', oom_at_batch=1,
+                  memory_budget_mib=750, plan=dict(per_device_batch_size=16, world_size=2,
+                                                   accumulative_counts=1))
+    lines = oom_advice(record)
+    assert 'no per-device batch fits within scaling.memory_budget_mib=750' in lines[0]
+    assert not any('max_batch_per_device=' in line for line in lines)
+
+
+def test_advice_starts_from_the_micro_batch_that_failed():
+    record = dict(message=CPU_MESSAGE, oom_at_batch=4, memory=dict(last=dict(rss=1)),
+                  plan=dict(per_device_batch_size=16, world_size=2, accumulative_counts=1,
+                            global_batch_size=32))
+    lines = oom_advice(record)
+    assert lines[0].startswith('cause: out of memory at micro-batches of 4 of per-device batch 16')
+    assert 'per-device batch 2 × 2 × accumulation 8 keeps the global batch 32' in lines[1]
+
+
+def test_advice_for_a_budget_too_small_to_import():
+    lines = oom_advice(dict(message=str(MAP), memory_budget_mib=150, oom=True))
+    assert 'while loading a library' in lines[0] and 'scaling.memory_budget_mib=150' in lines[0]
+    assert 'raise scaling.memory_budget_mib' in lines[1]
 
 
 def test_fitting_batch_from_gpu_measurements():

@@ -3,6 +3,7 @@ import copy
 
 import pytest
 
+from conftest import recipe_expectation, written_recipe
 from mmddp_ext.errors import ScalingError
 from mmddp_ext.scaling import ScalingConfig, make_plan
 from mmddp_ext.scaling.apply import apply_plan, plan_for_config, read_facts
@@ -29,38 +30,63 @@ def test_read_facts_from_a_real_config(pose_cfg):
     assert facts.config_name == 'td-hm_hrnet-w32_8xb64-210e_coco-256x192.py'
 
 
-@pytest.mark.parametrize('world, per_device, accum, warmup_end', [
-    (1, 64, 8, 4000), (2, 64, 4, 2000), (8, 64, 1, 500), (16, 32, 1, 500)])
-def test_pose_recipe_on_any_world_size(pose_cfg, world, per_device, accum, warmup_end):
+def test_expectations_follow_the_worked_example():
+    """The derivation below agrees with the docs' worked example: 8xb64 on 1 GPU is 64 ×
+    accumulation 8 and its 500-iteration warmup becomes 4000 micro-iterations."""
+    one = recipe_expectation(POSE, 1)
+    assert (one['per_device_batch_size'], one['accumulative_counts']) == (64, 8)
+    assert round(500 * one['iter_scale']) == 4000
+    assert recipe_expectation(POSE, 16)['per_device_batch_size'] == 32
+    det = recipe_expectation(DET, 16)
+    assert (det['per_device_batch_size'], det['iter_scale']) == (1, 1.0)
+
+
+@pytest.mark.parametrize('world', [1, 2, 8, 16])
+def test_pose_recipe_on_any_world_size(pose_cfg, world):
+    written = copy.deepcopy(pose_cfg)
+    expect = recipe_expectation(POSE, world)
     cfg = copy.deepcopy(pose_cfg)
     plan = plan_for_config(cfg, world)
     apply_plan(cfg, plan)
+    per_device, accum = expect['per_device_batch_size'], expect['accumulative_counts']
     assert cfg.train_dataloader.batch_size == per_device
     assert cfg.optim_wrapper.get('accumulative_counts', 1) == accum
-    assert per_device * world * accum == 512
-    assert cfg.optim_wrapper.optimizer.lr == pytest.approx(5e-4)
-    warmup, multistep = cfg.param_scheduler
-    assert warmup.end == warmup_end           # by_epoch=False: scaled
-    assert multistep.milestones == [170, 200]  # by epoch: unchanged
-    assert cfg.train_cfg.max_epochs == 210
+    assert per_device * world * accum == 512                       # 8xb64
+    assert cfg.optim_wrapper.optimizer.lr == pytest.approx(
+        written.optim_wrapper.optimizer.lr * expect['lr_scale'])
+    assert expect['lr_scale'] == 1.0                               # 512 kept: LR as written
+    (warmup, multistep), (warmup0, multistep0) = cfg.param_scheduler, written.param_scheduler
+    assert warmup0.by_epoch is False and multistep0.by_epoch is True
+    # by_epoch=False: scaled so that it ends after the same number of samples
+    assert warmup.end == round(warmup0.end * expect['iter_scale'])
+    assert warmup.end * per_device * world == warmup0.end * 512
+    assert multistep.milestones == multistep0.milestones           # by epoch: unchanged
+    assert cfg.train_cfg.max_epochs == written.train_cfg.max_epochs
 
 
-@pytest.mark.parametrize('world, per_device, accum, max_iters, milestones', [
-    (1, 2, 8, 720000, [480000, 640000]), (2, 2, 4, 360000, [240000, 320000]),
-    (8, 2, 1, 90000, [60000, 80000]), (16, 1, 1, 90000, [60000, 80000])])
-def test_det_iteration_based_schedule_keeps_samples(det_cfg, world, per_device, accum,
-                                                    max_iters, milestones):
+@pytest.mark.parametrize('world', [1, 2, 8, 16])
+def test_det_iteration_based_schedule_keeps_samples(det_cfg, world):
+    written = copy.deepcopy(det_cfg)
+    expect = recipe_expectation(DET, world)
+    scale = expect['iter_scale']
     cfg = copy.deepcopy(det_cfg)
     plan = plan_for_config(cfg, world)
     changes = apply_plan(cfg, plan)
-    assert (cfg.train_dataloader.batch_size, plan.accumulative_counts) == (per_device, accum)
-    assert cfg.train_cfg.max_iters == max_iters
-    assert cfg.train_cfg.val_interval == 10000 * max_iters // 90000
-    assert cfg.param_scheduler[1].milestones == milestones
-    assert cfg.default_hooks.checkpoint.interval == 10000 * max_iters // 90000
-    # samples seen are the same on every world size
-    assert cfg.train_cfg.max_iters * per_device * world == 90000 * 16
+    per_device = expect['per_device_batch_size']
+    assert (cfg.train_dataloader.batch_size, plan.accumulative_counts) == (
+        per_device, expect['accumulative_counts'])
+    assert cfg.train_cfg.max_iters == round(written.train_cfg.max_iters * scale)
+    assert cfg.train_cfg.val_interval == round(written.train_cfg.val_interval * scale)
+    assert cfg.param_scheduler[1].milestones == [
+        round(m * scale) for m in written.param_scheduler[1].milestones]
+    assert written.default_hooks.checkpoint.by_epoch is False
+    assert cfg.default_hooks.checkpoint.interval == round(
+        written.default_hooks.checkpoint.interval * scale)
+    # samples seen are the same on every world size: those of 90k iterations at 16
+    base = written_recipe(DET)['base']
+    assert cfg.train_cfg.max_iters * per_device * world == written.train_cfg.max_iters * base
     assert all('→' in c for c in changes)
+    assert any(c.startswith('train_cfg.max_iters') for c in changes) == (scale != 1.0)
 
 
 def test_auto_scale_lr_is_not_applied_twice(pose_cfg):

@@ -141,9 +141,20 @@ def test_oom_keys_parse_and_validate():
         parse_scaling(dict(on_oom='micro_batch'))
 
 
+@pytest.mark.parametrize('block, policy', [
+    ({}, 'raise'),
+    (dict(max_batch_per_device='auto'), 'microbatch'),      # a found batch is guarded
+    (dict(max_batch_per_device='auto', on_oom='raise'), 'raise'),   # unless told otherwise
+    (dict(max_batch_per_device=8, on_oom='microbatch'), 'microbatch'),
+    (dict(on_oom=None), 'raise'),
+])
+def test_oom_policy_defaults_to_guarding_a_measured_batch(block, policy):
+    assert parse_scaling(block).oom_policy == policy
+
+
 @pytest.mark.parametrize('block, cuda, distributed, message', [
     (dict(max_batch_per_device='auto'), False, True, 'scaling.memory_budget_mib=4096'),
-    (dict(on_oom='microbatch'), True, False, 'tools/dist_train.sh CONFIG 1'),
+    (dict(max_batch_per_device='auto'), False, False, 'scaling.memory_budget_mib=4096'),
 ])
 def test_runtime_check_names_the_fix(block, cuda, distributed, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -154,6 +165,7 @@ def test_runtime_check_names_the_fix(block, cuda, distributed, message):
     (dict(max_batch_per_device='auto'), True, True),        # a GPU measures its own memory
     (dict(max_batch_per_device='auto', memory_budget_mib=512), False, False),
     (dict(on_oom='microbatch'), False, True),
+    (dict(on_oom='microbatch'), True, False),               # guarded in one process too
     ({}, False, False),
 ])
 def test_runtime_check_accepts(block, cuda, distributed):

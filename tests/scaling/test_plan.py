@@ -22,20 +22,38 @@ RECIPE_TABLE = [
     (16, 32, 1, 1.0, 1.0),
 ]
 
-# Every (scaling, facts, world_size, measured cap) planned somewhere below; checked in bulk.
-ALL_CASES = [(ScalingConfig(), RECIPE_8XB64, ws, None) for ws, *_ in RECIPE_TABLE] + [
-    (STORY_SCALING, STORY, 1, None),
-    (STORY_SCALING, STORY, 2, None),
-    (ScalingConfig(), STORY, 2, None),
-    (ScalingConfig(lr_rule='sqrt', global_batch_size=1024), RECIPE_8XB64, 4, None),
-    (ScalingConfig(lr_rule='none', global_batch_size=128), RECIPE_8XB64, 2, None),
-    (ScalingConfig(), ConfigFacts('a_8xb64.py', 64, 2, 512, True), 2, None),
-    (ScalingConfig(), ConfigFacts('x_8xb32-210e_y.py', 32, auto_scale_lr_base=16), 2, None),
-    (ScalingConfig(max_batch_per_device=16), RECIPE_8XB64, 4, None),
-    (ScalingConfig(max_batch_per_device='auto'), RECIPE_8XB64, 4, 32),
-    (ScalingConfig(max_batch_per_device=16), RECIPE_8XB64, 2, 128),
-    (ScalingConfig(global_batch_size=3 * 131), ConfigFacts('x.py', 64), 3, None),
-    (ScalingConfig(global_batch_size=7), ConfigFacts('x.py', 64), 7, None),
+# Every (scaling, facts, world_size, measured cap) planned somewhere below, with what follows
+# from the inputs alone, worked out by hand: the global batch (samples per optimizer step), the
+# base batch the LR was tuned for (None: unknown) and the samples per iteration of the config
+# as written (its NxbM name's N × M, or base / (batch × accumulation) devices × batch; None:
+# unknown).
+ALL_CASES = [(ScalingConfig(), RECIPE_8XB64, ws, None, 512, 512, 8 * 64)
+             for ws, *_ in RECIPE_TABLE] + [
+    (STORY_SCALING, STORY, 1, None, 50, 50, 50),
+    (STORY_SCALING, STORY, 2, None, 50, 50, 50),
+    (ScalingConfig(), STORY, 2, None, 2 * 50, None, None),   # per device: 50 on each of 2
+    (ScalingConfig(lr_rule='sqrt', global_batch_size=1024), RECIPE_8XB64, 4, None, 1024, 512,
+     512),
+    (ScalingConfig(lr_rule='none', global_batch_size=128), RECIPE_8XB64, 2, None, 128, 512, 512),
+    # auto_scale_lr enabled: per device, 64 × accumulation 2 on each of 2; base 512 = 4 × 128
+    (ScalingConfig(), ConfigFacts('a_8xb64.py', 64, 2, 512, True), 2, None, 64 * 2 * 2, 512,
+     4 * 64),
+    # auto_scale_lr base 16 is no whole number of 32-sample steps: set aside, so per device
+    # (32 on each of 2), LR as written, and the name's 8 × 32 counts for the iterations
+    (ScalingConfig(), ConfigFacts('x_8xb32-210e_y.py', 32, auto_scale_lr_base=16), 2, None,
+     2 * 32, None, 8 * 32),
+    # base 64 = 2 devices × 32: a recipe of 64, which the base says was run on 2 × 32
+    (ScalingConfig(), ConfigFacts('x_8xb32-210e_y.py', 32, auto_scale_lr_base=64), 2, None, 64,
+     64, 2 * 32),
+    # an explicit scaling.base_batch_size means what it says, even if no split reproduces it
+    (ScalingConfig(base_batch_size=16), ConfigFacts('x_8xb32-210e_y.py', 32), 2, None, 16, 16,
+     8 * 32),
+    (ScalingConfig(max_batch_per_device=16), RECIPE_8XB64, 4, None, 512, 512, 512),
+    (ScalingConfig(max_batch_per_device='auto'), RECIPE_8XB64, 4, 32, 512, 512, 512),
+    (ScalingConfig(max_batch_per_device=16), RECIPE_8XB64, 2, 128, 512, 512, 512),
+    (ScalingConfig(global_batch_size=3 * 131), ConfigFacts('x.py', 64), 3, None, 393, None,
+     None),
+    (ScalingConfig(global_batch_size=7), ConfigFacts('x.py', 64), 7, None, 7, None, None),
 ]
 
 
@@ -137,23 +155,24 @@ def test_auto_scale_lr_disabled_base_gives_recipe_mode():
     assert make_plan(scaling, enabled, 2).mode == 'recipe'
 
 
-@pytest.mark.parametrize('base_in_scaling, source', [
-    (False, 'auto_scale_lr.base_batch_size'),
-    (True, 'scaling.base_batch_size'),
+@pytest.mark.parametrize('base_in_scaling, source, base', [
+    # an auto_scale_lr base must be a whole number of per-device steps (32) to be used
+    (False, 'auto_scale_lr.base_batch_size', 64),
+    (True, 'scaling.base_batch_size', 16),
 ])
-def test_name_mismatch_warning(base_in_scaling, source):
+def test_name_mismatch_warning(base_in_scaling, source, base):
     if base_in_scaling:
         facts = ConfigFacts('x_8xb32-210e_y.py', 32)
-        scaling = ScalingConfig(base_batch_size=16)
+        scaling = ScalingConfig(base_batch_size=base)
     else:
-        facts = ConfigFacts('x_8xb32-210e_y.py', 32, auto_scale_lr_base=16)
+        facts = ConfigFacts('x_8xb32-210e_y.py', 32, auto_scale_lr_base=base)
         scaling = ScalingConfig()
     plan = make_plan(scaling, facts, 2)
     expected = (f'config name says 8xb32 = 256 samples per step, but the reference batch '
-                f'({source}) is 16: the LR scale uses 16; set scaling.base_batch_size=256 '
-                f'if the name is right')
+                f'({source}) is {base}: the LR scale uses {base}; set '
+                f'scaling.base_batch_size=256 if the name is right')
     assert expected in plan.warnings
-    assert plan.global_batch_size == 16
+    assert plan.global_batch_size == base
 
 
 def test_no_name_warning_when_name_agrees():
@@ -298,22 +317,45 @@ def test_recipe_without_reference_assumes_one_device():
     assert any('written for 1 device' in w for w in plan.warnings)
 
 
-@pytest.mark.parametrize('scaling, facts, world_size, measured', ALL_CASES)
-def test_invariants(scaling, facts, world_size, measured):
+def _rule(rule, ratio):
+    return {'linear': ratio, 'sqrt': math.sqrt(ratio), 'none': 1.0}[rule]
+
+
+@pytest.mark.parametrize('scaling, facts, world_size, measured, global_batch, base, written',
+                         ALL_CASES)
+def test_invariants(scaling, facts, world_size, measured, global_batch, base, written):
     plan = make_plan(scaling, facts, world_size, max_batch_per_device=measured)
-    assert plan.global_batch_size == (plan.per_device_batch_size * plan.world_size
-                                      * plan.accumulative_counts)
-    assert plan.samples_per_iter == plan.per_device_batch_size * plan.world_size
-    if plan.mode == 'recipe':
+    assert plan.global_batch_size == global_batch == (
+        plan.per_device_batch_size * world_size * plan.accumulative_counts)
+    assert plan.world_size == world_size
+    assert plan.samples_per_iter == plan.per_device_batch_size * world_size
+    assert plan.base_batch_size == base
+    if scaling.global_batch_size is not None or (base is not None
+                                                 and not facts.auto_scale_lr_enable):
+        assert plan.mode == 'recipe'
         cap = measured or (scaling.max_batch_per_device
                            if isinstance(scaling.max_batch_per_device, int)
                            else facts.batch_size)
         assert plan.per_device_batch_size <= cap
-        assert plan.global_batch_size == (scaling.global_batch_size or plan.base_batch_size)
-    assert plan.lrs == pytest.approx(tuple(lr * plan.lr_scale for lr in facts.lrs))
-    if plan.schedule == 'keep_samples' and plan.iter_scale != 1.0:
-        assert plan.iter_scale == pytest.approx(plan.reference_samples_per_iter
-                                                / plan.samples_per_iter)
+    else:  # the config's samples per device per step are kept
+        assert plan.mode == 'per_device'
+        assert plan.per_device_batch_size * plan.accumulative_counts == (
+            facts.batch_size * facts.accumulative_counts)
+    # the LR follows the rule on global / base (× 1.0 when the base is unknown)
+    lr_scale = 1.0 if base is None else _rule(scaling.lr_rule, global_batch / base)
+    assert plan.lr_scale == pytest.approx(lr_scale)
+    assert plan.lrs == pytest.approx(tuple(lr * lr_scale for lr in facts.lrs))
+    # iteration counts keep the samples seen: iterations × samples per iteration as written
+    if plan.schedule == 'keep_samples' and written is not None:
+        assert plan.iter_scale * plan.per_device_batch_size * world_size == \
+            pytest.approx(written)
+    elif plan.schedule == 'keep_samples' and plan.mode == 'recipe':
+        # unknown: assumed written for 1 device (and said so)
+        assert plan.iter_scale * plan.per_device_batch_size * world_size == \
+            pytest.approx(facts.batch_size)
+        assert any('written for 1 device' in w for w in plan.warnings)
+    else:
+        assert plan.iter_scale == 1.0
 
 
 @pytest.mark.parametrize('world_size', [0, -1, '2', 2.0, True, None])

@@ -1,8 +1,13 @@
-"""The batch search, its cache key and micro-batch splitting (pure, table-tested)."""
+"""The batch search, its cache key and micro-batch splitting (pure, table-tested); the
+agreement across ranks and the search driven through it, in 2 real gloo processes."""
+import json
 import math
+import os.path as osp
 
 import pytest
 import torch
+
+from conftest import PYTHON, check_ok, run
 
 from mmddp_ext.scaling.search import (SearchResult, Trial, batch_length, cache_key, max_trials,
                                       micro_batch_sizes, search_max_batch, split_batch)
@@ -80,3 +85,49 @@ def test_split_batch_slices_sample_lists_and_tensors_alike():
         'd', 'e']
     with pytest.raises(ValueError, match='cannot split a batch of type int'):
         split_batch(3, 2)
+
+
+# per case: (limit of rank 0, limit of rank 1), the largest batch that fits on that rank alone
+RANK_LIMITS = {'rank1_lower': [40, 23], 'rank0_lower': [23, 40], 'equal': [17, 17],
+               'rank1_fits_nothing': [64, 0], 'both_fit_upper': [64, 100]}
+UPPER = 64
+
+
+@pytest.fixture(scope='module')
+def two_ranks(tmp_path_factory):
+    """``tests/helpers/agreement_ranks.py`` under torchrun, 2 gloo processes: ``{rank: record}``."""
+    out = str(tmp_path_factory.mktemp('agree'))
+    check_ok(run([PYTHON, '-m', 'torch.distributed.run', '--nproc_per_node', '2',
+                  '--standalone', 'tests/helpers/agreement_ranks.py', out, str(UPPER),
+                  json.dumps(RANK_LIMITS)], timeout=300))
+    return {r: json.load(open(osp.join(out, f'rank{r}.json'))) for r in (0, 1)}
+
+
+@pytest.mark.slow
+def test_ranks_out_of_memory_agrees_across_real_processes(two_ranks):
+    for rank, rec in two_ranks.items():
+        assert (rec['rank'], rec['world']) == (rank, 2)
+        # rank 1 says not-ok, rank 0 ok: both learn [1]; and the other ways round
+        assert rec['agree'] == dict(rank1_fails=[1], rank0_fails=[0], all_fit=[],
+                                    all_fail=[0, 1]), rank
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('case', sorted(RANK_LIMITS))
+def test_search_through_the_agreement_takes_the_lowest_limit(two_ranks, case):
+    lowest = min(min(RANK_LIMITS[case]), UPPER)
+    results = [two_ranks[r]['search'][case] for r in (0, 1)]
+    assert results[0]['max_batch'] == results[1]['max_batch'] == lowest
+    assert results[0]['trials'] == results[1]['trials']          # the same path on both
+    trials = results[0]['trials']
+    assert trials[0][0] == UPPER and len(trials) <= 1 + math.ceil(math.log2(UPPER))
+    for batch, agreed in trials:
+        assert agreed == (batch <= lowest)
+    # each rank's own answers: the agreed one is "every rank fitted"
+    for rank in (0, 1):
+        assert [b for b, _ in results[rank]['local']] == [b for b, _ in trials]
+        assert all(ok == (b <= RANK_LIMITS[case][rank]) for b, ok in results[rank]['local'])
+    answers = list(zip(*[[ok for _, ok in r['local']] for r in results]))
+    assert [all(a) for a in answers] == [agreed for _, agreed in trials]
+    if len(set(RANK_LIMITS[case])) > 1 and lowest < UPPER:
+        assert any(len(set(a)) > 1 for a in answers), 'the ranks never disagreed'

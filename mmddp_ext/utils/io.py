@@ -1,0 +1,35 @@
+"""Crash-safe file writes: the one atomic write of the package (temporary file, fsync, rename,
+fsync of the folder), used by checkpoints, failure records and the batch finder's cache."""
+import os
+import os.path as osp
+
+
+def fsync_path(path: str) -> None:
+    """Flush a file's or a folder's data and metadata to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def commit(part: str, path: str) -> None:
+    """Make the complete temporary file ``part`` appear as ``path`` in one step, durably:
+    a reader sees the old file or the new one, never half of one, even after a crash."""
+    fsync_path(part)
+    os.replace(part, path)
+    fsync_path(osp.dirname(osp.abspath(path)))
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (see :func:`commit`); creates the folder."""
+    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
+    part = osp.join(osp.dirname(osp.abspath(path)), f'.{osp.basename(path)}.part')
+    try:
+        with open(part, 'w') as f:
+            f.write(text)
+        commit(part, path)
+    except BaseException:
+        if osp.exists(part):
+            os.remove(part)
+        raise
