@@ -29,3 +29,32 @@ def ddp_wrapper_cfg(cfg: Any, cuda: bool, local_rank: int, on_oom: str = 'raise'
     if on_oom == 'microbatch':
         wrapper['type'] = 'MicrobatchDDP'
     return wrapper
+
+
+def sync_bn_layers(model: Any) -> int:
+    """How many SyncBN layers (torch's ``nn.SyncBatchNorm``, mmcv's ``SyncBatchNorm``) the
+    model has."""
+    import torch
+    kinds = [torch.nn.SyncBatchNorm]
+    try:
+        from mmcv.ops import SyncBatchNorm as MMCVSyncBN
+        kinds.append(MMCVSyncBN)
+    except ImportError:
+        pass
+    return sum(isinstance(m, tuple(kinds)) for m in model.modules())
+
+
+def batchnorm_for_cpu(model: Any) -> Any:
+    """The model with its SyncBN layers as plain BatchNorm, for training on CPUs (gloo): SyncBN
+    needs CUDA (DDP refuses it on a CPU module: ``SyncBatchNorm layers only work with GPU
+    modules``). Logs how many layers were converted; a model without SyncBN is returned as is.
+    On GPUs SyncBN stays, and MMEngine already reverts it in a single process."""
+    count = sync_bn_layers(model)
+    if not count:
+        return model
+    from mmengine.logging import print_log
+    from mmengine.model import revert_sync_batchnorm
+    print_log(f'[mmddp_ext] training on CPUs: {count} SyncBN layer(s) converted to BatchNorm '
+              '(SyncBN needs CUDA; statistics are per process, as in a single process); on GPUs '
+              'SyncBN stays', logger='current')
+    return revert_sync_batchnorm(model)

@@ -42,7 +42,7 @@ from mmengine.runner import Runner
 from ..checkpoint import from_plain, to_plain
 from ..dist.env import read_dist_env
 from ..dist.launch import init_distributed
-from ..dist.wrapper import DDP_TYPES, ddp_wrapper_cfg
+from ..dist.wrapper import DDP_TYPES, batchnorm_for_cpu, ddp_wrapper_cfg
 from ..memory.budget import apply_budget
 from ..scaling.apply import apply_plan, check_runtime_for_config, plan_for_config
 from ..scaling.config import ScalingConfig
@@ -64,8 +64,10 @@ def _init_process_group(launcher: str, env_cfg: Optional[dict]) -> None:
     import torch.distributed as dist
     if launcher != 'none' and not (dist.is_available() and dist.is_initialized()):
         dist_cfg = (env_cfg or {}).get('dist_cfg', {})
-        init_distributed(read_dist_env(os.environ, launcher), dist_cfg.get('backend'),
-                         dist_cfg.get('timeout'))
+        backend, warning = init_distributed(read_dist_env(os.environ, launcher),
+                                            dist_cfg.get('backend'), dist_cfg.get('timeout'))
+        for note in [f'process group: {backend}'] + ([warning] if warning else []):
+            print_log(f'[mmddp_ext] {note}', logger='current')
 
 
 def _measure(cfg: Any, scaling: ScalingConfig, launcher: str,
@@ -194,8 +196,17 @@ class DDPRunner(Runner):
         return runner
 
     def wrap_model(self, model_wrapper_cfg: Optional[dict], model: Any) -> Any:
-        """MMEngine's wrapping; in a single process, ``MicrobatchDDP`` when the config asks
-        for it (MMEngine wraps only distributed models)."""
+        """MMEngine's wrapping; on CPUs (gloo) SyncBN layers become BatchNorm
+        (:func:`~mmddp_ext.dist.wrapper.batchnorm_for_cpu`) and ``sync_bn`` is ignored; in a
+        single process, ``MicrobatchDDP`` when the config asks for it (MMEngine wraps only
+        distributed models)."""
+        import torch
+        if self.distributed and not torch.cuda.is_available():
+            model = batchnorm_for_cpu(model)
+            if self.cfg.get('sync_bn') is not None:  # MMEngine would convert them back
+                print_log(f"[mmddp_ext] training on CPUs: sync_bn={self.cfg.sync_bn!r} ignored "
+                          '(SyncBN needs CUDA)', logger='current')
+                self.cfg.sync_bn = None
         model = super().wrap_model(model_wrapper_cfg, model)
         if (not self.distributed and model_wrapper_cfg
                 and model_wrapper_cfg.get('type') == 'MicrobatchDDP'

@@ -39,6 +39,7 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import MODEL_WRAPPERS, MODELS, init_default_scope
 from mmengine.runner import Runner
 
+from ..dist.wrapper import batchnorm_for_cpu
 from ..errors import ScalingError
 from ..utils.io import atomic_write_text
 from ..memory.budget import Budget, ranks_out_of_memory, release_memory
@@ -89,6 +90,8 @@ class _Trials:
         self.failed: List[int] = []
         self.samples, self.collate = _samples(cfg, upper)
         model = MODELS.build(copy.deepcopy(cfg.model)).to(device)
+        if device.type == 'cpu':  # as the Runner's model will be (SyncBN needs CUDA)
+            model = batchnorm_for_cpu(model)
         model.train()
         wrapper_cfg = cfg.get('model_wrapper_cfg')
         if wrapper_cfg and (is_distributed() or wrapper_cfg.get('type') == 'MicrobatchDDP'):
