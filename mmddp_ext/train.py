@@ -14,7 +14,7 @@ from mmengine.config import Config, DictAction
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler, record
 
 from .checkpoint import UNSAFE_ENV
-from .dist.env import DistEnv, read_dist_env
+from .dist.env import DistEnv, read_dist_env, threads_per_process
 from .dist.launch import init_distributed, pin_device, shutdown
 from .dist.wrapper import ddp_wrapper_cfg
 from .errors import UserError
@@ -182,6 +182,14 @@ def _train(args: argparse.Namespace, env: DistEnv) -> None:
         check_config(cfg, env.world_size, env.distributed)  # before any rendezvous
         clear_failure(work_dir, env.rank)
         notes = [env.describe(), *env.warnings]
+        threads = threads_per_process(os.environ, env.local_world_size, os.cpu_count())
+        if env.distributed and threads is not None:
+            import torch
+            os.environ['OMP_NUM_THREADS'] = str(threads)  # for processes started later
+            torch.set_num_threads(threads)
+            notes.append(f'threads per process: {threads} ({os.cpu_count()} cores shared by '
+                         f'{env.local_world_size} processes on this node; OMP_NUM_THREADS '
+                         f'was not set; set it to choose)')
         if env.distributed:
             dist_cfg = cfg.get('env_cfg', {}).get('dist_cfg', {})
             backend, warning = init_distributed(env, dist_cfg.get('backend'),

@@ -2,7 +2,8 @@
 import pytest
 
 from mmddp_ext.dist.env import (DistEnvError, choose_backend, detect_launcher,
-                                first_slurm_host, read_dist_env, slurm_to_torch)
+                                first_slurm_host, read_dist_env, slurm_to_torch,
+                                threads_per_process)
 
 MASTER = dict(MASTER_ADDR='127.0.0.1', MASTER_PORT='29500')
 
@@ -131,3 +132,15 @@ def test_unparsable_nodelist():
 def test_choose_backend(requested, cuda, backend, warns):
     got, warning = choose_backend(requested, cuda)
     assert got == backend and bool(warning) == warns
+
+
+@pytest.mark.parametrize('environ, local_world, cores, expected', [
+    ({}, 2, 2, 1),
+    ({}, 2, 16, 8),
+    ({}, 4, 2, 1),                                  # never below one
+    ({}, 1, None, 1),                               # cpu_count unknown
+    ({'OMP_NUM_THREADS': '3'}, 2, 16, None),        # the user chose
+    ({'OMP_NUM_THREADS': ''}, 2, 16, 8),            # empty: not chosen
+])
+def test_threads_per_process(environ, local_world, cores, expected):
+    assert threads_per_process(environ, local_world, cores) == expected

@@ -2,6 +2,7 @@
 import ast
 import json
 import math
+import os
 import os.path as osp
 import re
 import time
@@ -84,12 +85,19 @@ def test_manual_env_launch_without_local_rank(demo_data, tmp_path):
     procs = [popen([PYTHON, 'tools/dist_train.py', cfg, '--work-dir', str(tmp_path / 'w'),
                      *demo_options(demo_data, 1)],
                     env=dict(RANK=str(r), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',
-                             MASTER_PORT=port)) for r in range(2)]
-    for rc, out in finish(procs):
+                             MASTER_PORT=port, OMP_NUM_THREADS='')) for r in range(2)]
+    results = finish(procs)
+    for rc, out in results:
         assert rc == 0, out[-4000:]
+    # no thread count chosen: the cores are shared, as torchrun would (not one per core);
+    # rank 0 logs it (MMEngine shows only errors of the other ranks)
+    m = re.search(r'threads per process: (\d+) \((\d+) cores shared by 2 processes',
+                  results[0][1])
+    assert m and int(m[1]) == max(1, int(m[2]) // 2), results[0][1][-4000:]
     records = read_records(rec)
     for rank, r in records.items():
         assert r['env']['LOCAL_RANK'] == str(rank)  # derived on CPU: LOCAL_RANK = RANK
+        assert r['threads'] == max(1, os.cpu_count() // 2)
     _assert_disjoint_and_complete(records, 2, demo_data)
 
 

@@ -71,6 +71,7 @@ class RankRecordHook(Hook):
                       img_ids=self.img_ids, batch_sizes=self.batch_sizes,
                       param_checksum=param_checksum(params), param_digest=param_digest(params),
                       param_checksum_before=before[0], param_digest_before=before[1],
-                      env={k: os.environ.get(k) for k in keys}, pid=os.getpid())
+                      env={k: os.environ.get(k) for k in keys}, pid=os.getpid(),
+                      threads=torch.get_num_threads())
         with open(osp.join(self.out_dir, f'rank{rank}.json'), 'w') as f:
             json.dump(record, f)
