@@ -2,6 +2,9 @@
 user's script), and SyncBN on CPUs. In-process, on MMEngine's toy runner."""
 import copy
 import logging
+import os
+import socket
+from unittest import mock
 
 import torch
 from mmengine.registry import MODELS, RUNNERS
@@ -84,8 +87,20 @@ def test_sync_bn_becomes_batchnorm_for_cpus():
 class TestSyncBNOnCPU(RunnerTestCase):
 
     def test_distributed_cpu_run_trains_a_syncbn_model(self):
-        """One gloo process under a launcher: DDP would refuse SyncBN on a CPU module."""
-        self.setup_dist_env()
+        """One gloo process under a launcher: DDP would refuse SyncBN on a CPU module. The
+        launcher's variables are set for this test only (the later tests start processes that
+        inherit this one's environment), on a free port."""
+        with socket.socket() as s:
+            s.bind(('127.0.0.1', 0))
+            port = s.getsockname()[1]
+        launcher_env = dict(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK='0',
+                            WORLD_SIZE='1', LOCAL_RANK='0')
+        before = {key: os.environ.get(key) for key in launcher_env}
+        with mock.patch.dict(os.environ, launcher_env):
+            self._train_syncbn_model()
+        self.assertEqual({key: os.environ.get(key) for key in launcher_env}, before)
+
+    def _train_syncbn_model(self):
         cfg = copy.deepcopy(self.epoch_based_cfg)
         cfg.experiment_name = self.experiment_name
         cfg.model = dict(type='ToySyncBNModel')
