@@ -124,20 +124,25 @@ def trains(cfg: Any) -> bool:
                                                       'optim_wrapper'))
 
 
-def plans(runner_type: Any) -> bool:
-    """Whether ``runner_type`` (a config's) names :class:`DDPRunner` or a registered subclass,
-    i.e. a runner that applies the ``scaling`` plan."""
-    if runner_type is None:
-        return False
-    if isinstance(runner_type, type):
-        return issubclass(runner_type, DDPRunner)
+def runner_class(runner_type: Any) -> Optional[type]:
+    """The runner class a config's ``runner_type`` names (a name in MMEngine's registry or a
+    class), or None when it names none."""
+    if runner_type is None or isinstance(runner_type, type):
+        return runner_type
     try:
         cls = RUNNERS.get(runner_type)
-    except KeyError:
+    except (KeyError, TypeError):
         cls = None
     if cls is None and str(runner_type).split('.')[-1] == 'DDPRunner':
         cls = DDPRunner  # 'mmddp_ext.DDPRunner': the scope of our own registration
-    return isinstance(cls, type) and issubclass(cls, DDPRunner)
+    return cls if isinstance(cls, type) else None
+
+
+def plans(runner_type: Any) -> bool:
+    """Whether ``runner_type`` (a config's) names :class:`DDPRunner` or a registered subclass,
+    i.e. a runner that applies the ``scaling`` plan."""
+    cls = runner_class(runner_type)
+    return cls is not None and issubclass(cls, DDPRunner)
 
 
 @RUNNERS.register_module()

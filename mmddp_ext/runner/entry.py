@@ -17,24 +17,17 @@ builds its runner):
 """
 from typing import Any
 
-from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
+
+from .ddp_runner import plans, runner_class
 
 _PATCHED = '_mmddp_ext_honours_runner_type'
 
 
 def _registered_subclass(runner_type: Any) -> Any:
     """The Runner subclass that ``runner_type`` names, or None (unknown, or ``Runner``)."""
-    if runner_type is None:
-        return None
-    if isinstance(runner_type, type):
-        target = runner_type
-    else:
-        try:
-            target = RUNNERS.get(runner_type)
-        except (KeyError, TypeError):
-            return None
-    if isinstance(target, type) and issubclass(target, Runner) and target is not Runner:
+    target = runner_class(runner_type)
+    if target is not None and issubclass(target, Runner) and target is not Runner:
         return target
     return None
 
@@ -56,7 +49,6 @@ def honour_runner_type() -> None:
     def __init__(self, *args, **kwargs):
         stock_init(self, *args, **kwargs)
         if type(self) is Runner:
-            from .ddp_runner import plans
             asked = (getattr(self, 'cfg', None) or {}).get('runner_type')
             if plans(asked):
                 self.logger.warning(
