@@ -7,11 +7,19 @@ which finds the work dir the same way ``dist_train.py`` does.
 """
 import argparse
 import datetime
+import json
+import os
 import os.path as osp
 import sys
 from typing import Dict, List, Optional
 
+from .deaths import LAUNCHER_STOP, death_lines, host_memory_total, kernel_log, signal_name
 from .failures import failure_dir, read_failures
+from .progress import ranks_dir, read_ranks, stacks_path
+from .stacks import main_frames, parse_dump, split_ranks
+from .utils.io import atomic_write_text
+
+LAUNCH_REPORT = 'launch.json'  # the launcher's failure report, kept beside the progress files
 
 
 def _first_lines(text: str, n: int = 3, width: int = 300) -> List[str]:
@@ -19,28 +27,163 @@ def _first_lines(text: str, n: int = 3, width: int = 300) -> List[str]:
     return [ln[:width] for ln in lines[:n]]
 
 
-def summarize(work_dir: str, records: Optional[List[Dict]] = None) -> str:
-    """The diagnosis text for ``work_dir`` (pure formatting of the records)."""
+COLLECTIVE_TIMEOUT = ('Timed out waiting', 'Socket Timeout', 'timed out after',
+                      'Watchdog caught collective operation timeout', 'Timeout waiting')
+PEER_LOST = ('Connection closed by peer', 'Connection reset by peer', 'Broken pipe',
+             'NCCL communicator was aborted', 'ProcessGroupNCCL is aborted')
+
+
+def _waited(record: Dict) -> Optional[str]:
+    """'timeout' / 'peer lost' when a rank's exception only says that it waited for others."""
+    text = f'{record.get("exc_type", "")}: {record.get("message", "")}'
+    if any(k in text for k in COLLECTIVE_TIMEOUT):
+        return 'timeout'
+    if any(k in text for k in PEER_LOST):
+        return 'peer lost'
+    return None
+
+
+def summarize(work_dir: str, records: Optional[List[Dict]] = None,
+              ranks: Optional[Dict[int, Dict]] = None,
+              launch: Optional[List[Dict]] = None) -> str:
+    """The diagnosis text for ``work_dir``: one screen, the rank, the cause, the fix.
+
+    Args:
+        records: the failure records (default: read from ``work_dir``).
+        ranks: the progress files and stack dumps (default: read from ``work_dir``).
+        launch: the launcher's failure report (default: the one kept in ``work_dir``).
+    """
     records = read_failures(work_dir) if records is None else records
-    head = f'==== mmddp_ext diagnosis of {osp.abspath(work_dir)} ===='
+    ranks = _current_run(read_ranks(work_dir) if ranks is None else ranks)
+    launch = _read_launch(work_dir) if launch is None else launch
+    head = [f'==== mmddp_ext diagnosis of {osp.abspath(work_dir)} ====']
+    killed = [f for f in launch if signal_name(f) and signal_name(f) not in LAUNCHER_STOP]
+    if killed:  # no Python exception: the signal is the news, whatever the others raised
+        first = min(killed, key=lambda f: f.get('time') or 0)
+        rank = first.get('rank')
+        lines = death_lines(first, ranks.get(rank), kernel_log(first.get('pid') or -1),
+                            host_memory_total())
+        if ranks.get(rank, {}).get('stacks'):
+            lines.append(f'  stacks: {stacks_path(work_dir, rank)}')
+        others = [r for r in records if r.get('rank') != rank]
+        if others:
+            lines.append('then: ' + '; '.join(f'rank {r.get("rank")} {r.get("exc_type")}'
+                                               f'{" (" + _waited(r) + ")" if _waited(r) else ""}'
+                                               for r in others))
+        return '\n'.join(head + lines)
+    hang = _hang_lines(work_dir, records, ranks)
+    if hang:
+        return '\n'.join(head + hang)
     if not records:
-        return '\n'.join([
-            head, f'no failure records in {failure_dir(work_dir)}: no rank raised a Python '
-            'exception. A rank killed by a signal (exit -9: out of host memory or kill; -6: '
-            'abort) leaves none; see the launcher\'s report above.'])
-    first = records[0]
+        exits = [f'rank {f.get("rank")} exit code {f.get("exitcode")}' for f in launch]
+        return '\n'.join(head + [
+            f'no failure records in {failure_dir(work_dir)}: no rank raised a Python exception'
+            + (f' ({"; ".join(exits)})' if exits else '') + '. A rank killed by a signal '
+            '(exit -9: out of host memory or kill; -6: abort) leaves none; see the '
+            "launcher's report above."])
+    # the first rank that failed by itself, not one that only lost its peer
+    first = next((r for r in records if not _waited(r)), records[0])
     when = datetime.datetime.fromtimestamp(first.get('time', 0)).strftime('%H:%M:%S')
-    lines = [head,
-             f'first failing rank: {first.get("rank")} (host {first.get("host")}, pid '
-             f'{first.get("pid")}, at {when})',
-             f'  {first.get("exc_type")}: ' + '\n  '.join(_first_lines(first.get('message', ''))),
-             f'  full traceback: {first.get("traceback_file")}']
+    lines = head + [
+        f'first failing rank: {first.get("rank")} (host {first.get("host")}, pid '
+        f'{first.get("pid")}, at {when})',
+        f'  {first.get("exc_type")}: ' + '\n  '.join(_first_lines(first.get('message', ''))),
+        f'  full traceback: {first.get("traceback_file")}']
     lines += _memory_lines(first)
-    others = records[1:]
+    others = [r for r in records if r is not first]
     if others:
         lines.append('then: ' + '; '.join(
             f'rank {r.get("rank")} {r.get("exc_type")}' for r in others))
     return '\n'.join(lines)
+
+
+def _current_run(ranks: Dict[int, Dict]) -> Dict[int, Dict]:
+    """Only the progress files of the latest run (a folder may hold an older, larger one)."""
+    if not ranks:
+        return ranks
+    latest = max(ranks.values(), key=lambda s: s.get('time') or 0).get('run')
+    return {r: s for r, s in ranks.items() if s.get('run') == latest}
+
+
+def _hang_lines(work_dir: str, records: List[Dict], ranks: Dict[int, Dict]) -> List[str]:
+    """The hang diagnosis: who did not arrive, where it was, who waited; [] if no hang."""
+    dumps = {r: parse_dump(s.get('stacks') or '') for r, s in ranks.items()}
+    timed_out = {r: d.timeout for r, d in dumps.items() if d.timeout}
+    collective = [r for r in records if _waited(r) == 'timeout']
+    if not timed_out and not collective:
+        return []
+    if any(not _waited(r) for r in records):
+        return []  # a rank raised a real error: that is the news (shown by the caller)
+    stacks = {r: main_frames(d, ranks[r].get('main_thread')) for r, d in dumps.items()
+              if d.threads}
+    completed = {r: s.get('completed_iter') for r, s in ranks.items()}
+    waiting, not_arrived = split_ranks(stacks, completed)
+    for record in collective:  # its exception says it waited, whatever its stack shows
+        waiting.setdefault(record.get('rank'), 'a collective that timed out')
+        not_arrived.pop(record.get('rank'), None)
+    why = (f'no progress for {_seconds(min(timed_out.values()))} (hang watchdog)'
+           if timed_out else f'collective timeout on rank(s) '
+           f'{sorted(r.get("rank") for r in collective)}')
+    lines = [f'hang: {why}']
+    for rank in sorted(not_arrived):
+        lines.append(f'rank {rank} did not arrive; it was in {not_arrived[rank]}')
+    if not not_arrived:
+        lines.append('every rank with a stack dump waited in a collective: the stacks do '
+                     'not tell which rank is late; compare them below')
+    for rank in sorted(waiting):
+        lines.append(f'rank {rank} waited in {waiting[rank]}')
+    done = ', '.join(f'rank {r}: {"-" if c is None else c}' for r, c in sorted(completed.items()))
+    if done:
+        lines.append(f'  last completed iteration: {done}')
+    for record in collective:
+        lines.append(f'  rank {record.get("rank")} {record.get("exc_type")}: '
+                     f'{_first_lines(record.get("message", ""), 1, 160)[0]}')
+    missing = sorted(set(completed) - set(stacks) - {r.get('rank') for r in records})
+    if missing:
+        lines.append(f'  no stack dump from rank(s) {missing} (killed before dumping)')
+    for rank in sorted(not_arrived) or sorted(stacks):
+        lines.append(f'  stacks: {stacks_path(work_dir, rank)}')
+    lines.append('  fix: look at the line above of the rank that did not arrive (a branch '
+                 'taken on one rank only, a data loader or file system stall, a deadlock); '
+                 "the bound is HangWatchdogHook's (custom_hooks=[dict(type='HangWatchdogHook', "
+                 'min_timeout=...)])')
+    return lines
+
+
+def _seconds(hms: str) -> str:
+    """``0:02:00.5`` (faulthandler's heading) as ``120 s``."""
+    try:
+        h, m, sec = hms.split(':')
+        return f'{int(h) * 3600 + int(m) * 60 + float(sec):.0f} s'
+    except ValueError:
+        return hms
+
+
+def _read_launch(work_dir: str) -> List[Dict]:
+    try:
+        with open(osp.join(ranks_dir(work_dir), LAUNCH_REPORT)) as f:
+            data = json.load(f)
+        return data if isinstance(data, list) else []
+    except (OSError, ValueError):
+        return []
+
+
+def keep_launch_report(work_dir: str, path: str) -> List[Dict]:
+    """Read the launcher's report and keep a copy in ``work_dir`` for later diagnoses."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return []
+    if not isinstance(data, list):
+        return []
+    if osp.isdir(work_dir):
+        try:
+            os.makedirs(ranks_dir(work_dir), exist_ok=True)
+            atomic_write_text(osp.join(ranks_dir(work_dir), LAUNCH_REPORT), json.dumps(data))
+        except OSError:
+            pass
+    return data
 
 
 def _memory_lines(record: Dict) -> List[str]:
@@ -83,16 +226,25 @@ def work_dir_from_train_args(argv: List[str]) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Print the diagnosis; exit code 0 (it reports, it does not judge)."""
+    """Print the diagnosis; exit code 0 (it reports, it does not judge), 2 when the work dir
+    does not exist."""
     p = argparse.ArgumentParser(prog='python -m mmddp_ext.diagnose', description=__doc__)
     p.add_argument('work_dir', nargs='?', help='the work dir of the failed run')
+    p.add_argument('--launch-report', metavar='PATH',
+                   help="the launcher's failure report (JSON; tools/dist_train.sh passes it)")
     p.add_argument('--train-args', nargs=argparse.REMAINDER,
                    help='the dist_train.py arguments instead of WORK_DIR')
     args = p.parse_args(argv)
     if bool(args.work_dir) == bool(args.train_args):
         p.error('give either WORK_DIR or --train-args CONFIG [ARGS...]')
     work_dir = args.work_dir or work_dir_from_train_args(args.train_args)
-    print(summarize(work_dir), flush=True)
+    launch = keep_launch_report(work_dir, args.launch_report) if args.launch_report else None
+    if not osp.isdir(work_dir) and not launch:
+        print(f'mmddp_ext diagnosis: work dir {osp.abspath(work_dir)} does not exist: the run '
+              'never started there, or the path is wrong (give the --work-dir of the run)',
+              file=sys.stderr, flush=True)
+        return 2
+    print(summarize(work_dir, launch=launch), flush=True)
     return 0
 
 

@@ -4,6 +4,7 @@ Kept in the package so that ``tools/`` stays a thin shell and ``mmddp_ext.launch
 same function in its workers. See ``tools/dist_train.py`` for the command-line documentation.
 """
 import argparse
+import faulthandler
 import gc
 import os
 import os.path as osp
@@ -200,6 +201,7 @@ def _train(args: argparse.Namespace, env: DistEnv) -> None:
             print_log(f'[mmddp_ext] {note}', logger='current')
         runner.train()
     except BaseException as e:
+        faulthandler.cancel_dump_traceback_later()  # this rank failed; it is not stuck
         record_failure(work_dir, env.rank, e, lambda: failure_context(runner, env, cfg))
         raise
     # Clean exit: barrier -> destroy the process group -> drop the DDP model -> collect, so

@@ -58,3 +58,59 @@ def test_failure_records_are_written_atomically(tmp_path):
     assert osp.basename(path) == 'rank3.json'
     assert sorted(p.name for p in (tmp_path / 'failures').iterdir()) == [
         'rank3.json', 'rank3.traceback.txt']  # no temporary file left behind
+
+
+def test_a_missing_work_dir_is_an_error(tmp_path, capsys):
+    from mmddp_ext.diagnose import main
+    assert main([str(tmp_path / 'nowhere')]) == 2
+    assert 'does not exist' in capsys.readouterr().err
+
+
+def test_the_rank_that_lost_its_peer_is_not_blamed(tmp_path):
+    records = [dict(rank=0, time=1.0, exc_type='RuntimeError',
+                    message='[gloo/transport/tcp/pair.cc:534] Connection closed by peer'),
+               dict(rank=1, time=2.0, exc_type='FileNotFoundError', message='no such file x')]
+    text = summarize(str(tmp_path), records, ranks={}, launch=[])
+    assert 'first failing rank: 1' in text and 'then: rank 0 RuntimeError' in text
+
+
+def test_a_signal_death_names_rank_pid_signal_iteration_and_memory(tmp_path):
+    launch = [dict(rank=1, local_rank=1, pid=4242, exitcode=-9, signal='SIGKILL',
+                   host='node7', time=5.0)]
+    ranks = {1: dict(rank=1, run='t', time=4.0, completed_iter=7, rss=3 * 2 ** 30,
+                     stacks=''),
+             0: dict(rank=0, run='t', time=4.5, completed_iter=7, rss=2 ** 30, stacks='')}
+    records = [dict(rank=0, time=6.0, exc_type='RuntimeError',
+                    message='Connection closed by peer')]
+    text = summarize(str(tmp_path), records, ranks, launch)
+    assert ('rank 1 (host node7, pid 4242) was killed by SIGKILL after completing '
+            'iteration 7') in text
+    assert 'last memory sample: host RSS 3072 MiB' in text
+    assert 'first failing rank' not in text          # rank 0 only lost its peer
+    assert 'then: rank 0 RuntimeError (peer lost)' in text
+
+
+def test_the_kernel_log_names_the_oom_killer():
+    from mmddp_ext.deaths import death_lines
+    lines = death_lines(dict(rank=2, pid=77, exitcode=-9), dict(completed_iter=None),
+                        ['[ 12.3] Out of memory: Killed process 77 (python) total-vm:9kB'],
+                        None)
+    assert lines[0].startswith('rank 2 (host None, pid 77) was killed by SIGKILL before '
+                               'completing an iteration')
+    assert "cause: the host's out-of-memory killer chose this rank" in '\n'.join(lines)
+
+
+def test_progress_of_an_older_run_is_ignored(tmp_path):
+    """A folder reused with fewer ranks: rank 3's file is from the previous run."""
+    stuck = ('Timeout (0:00:09)!\nThread 0x1 (most recent call first):\n'
+             '  File "/home/me/model.py", line 5 in forward\n')
+    waits = ('Thread 0x2 (most recent call first):\n  File "/x/site-packages/torch/autograd/'
+             'graph.py", line 8 in _engine_run_backward\n')
+    ranks = {0: dict(rank=0, run='new', time=10, completed_iter=4, main_thread=2, stacks=waits),
+             1: dict(rank=1, run='new', time=11, completed_iter=4, main_thread=1, stacks=stuck),
+             3: dict(rank=3, run='old', time=1, completed_iter=9, main_thread=3, stacks='')}
+    text = summarize(str(tmp_path), [], ranks, [])
+    assert 'hang: no progress for 9 s' in text
+    assert 'rank 1 did not arrive; it was in /home/me/model.py:5 in forward' in text
+    assert "rank 0 waited in backward (DDP's gradient all-reduce)" in text
+    assert 'rank 3' not in text

@@ -1,4 +1,5 @@
 from .memory_hook import RankMemoryHook
 from .scaling_hook import ScalingHook
+from .watchdog_hook import HangWatchdogHook
 
-__all__ = ['RankMemoryHook', 'ScalingHook']
+__all__ = ['HangWatchdogHook', 'RankMemoryHook', 'ScalingHook']

@@ -1,0 +1,90 @@
+"""Ranks that die without a Python exception: what killed them, and what is likely.
+
+The launcher knows the signal (torchrun's ``ProcessFailure``: exit code -9 is SIGKILL); the
+rank's progress file (:mod:`mmddp_ext.progress`) knows the last iteration it completed and its
+memory then; the kernel log, when it can be read, knows whether the OOM killer chose it.
+"""
+import signal
+import subprocess
+from typing import Dict, List, Optional
+
+LAUNCHER_STOP = ('SIGTERM', 'SIGINT', 'SIGHUP')  # how a launcher or a person stops a job
+
+
+def signal_name(failure: Dict) -> Optional[str]:
+    """The signal that ended the process of a launcher failure entry, or None."""
+    name = failure.get('signal')
+    if name:
+        return str(name)
+    code = failure.get('exitcode')
+    if isinstance(code, int) and code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f'signal {-code}'
+    return None
+
+
+def kernel_log(pid: int, run=subprocess.run) -> Optional[List[str]]:
+    """Kernel log lines about ``pid`` being killed (OOM killer), or None when unreadable."""
+    try:
+        out = run(['dmesg'], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    keys = (f'Killed process {pid} ', f'Killed process {pid},', f'pid={pid},')
+    return [ln.strip() for ln in out.stdout.splitlines() if any(k in ln for k in keys)]
+
+
+def _mib(value) -> str:
+    return '-' if value is None else f'{value / 2 ** 20:.0f} MiB'
+
+
+def host_memory_total() -> Optional[int]:
+    """This host's memory, bytes (psutil), or None."""
+    try:
+        import psutil
+        return psutil.virtual_memory().total
+    except Exception:
+        return None
+
+
+def death_lines(failure: Dict, state: Optional[Dict], kernel: Optional[List[str]],
+                host_total: Optional[int]) -> List[str]:
+    """The diagnosis of one rank killed by a signal (pure formatting).
+
+    Args:
+        failure: the launcher's entry (rank, pid, exitcode, signal, host).
+        state: the rank's progress file, or None.
+        kernel: :func:`kernel_log` lines for its pid, or None when unreadable.
+        host_total: the host's memory, bytes.
+    """
+    sig = signal_name(failure) or f'exit code {failure.get("exitcode")}'
+    state = state or {}
+    done = state.get('completed_iter')
+    after = ('before completing an iteration' if done is None else
+             f'after completing iteration {done}')
+    lines = [f'rank {failure.get("rank")} (host {failure.get("host") or state.get("host")}, '
+             f'pid {failure.get("pid") or state.get("pid")}) was killed by {sig} {after}: '
+             'no Python exception, so no traceback']
+    if state.get('rss') is not None:
+        total = '' if host_total is None else f' of {_mib(host_total)} host memory'
+        lines.append(f'  last memory sample: host RSS {_mib(state["rss"])}{total}'
+                     + ('' if state.get('device_allocated') is None else
+                        f', device allocated {_mib(state["device_allocated"])}'))
+    if sig == 'SIGKILL':
+        if kernel:
+            lines.append(f'  kernel log: {kernel[-1][:200]}')
+            lines.append("  cause: the host's out-of-memory killer chose this rank")
+        else:
+            lines.append("  likely: the host's out-of-memory killer (host memory, not GPU "
+                         'memory), or a scheduler or a person (kill -9, a job memory limit)'
+                         + ('; the kernel log could not be read' if kernel is None else
+                            '; the kernel log does not mention this pid'))
+        lines.append('  fix: if memory: fewer DataLoader workers (train_dataloader.num_workers)'
+                     ', a smaller per-device batch, or more host memory for the job')
+    elif sig in ('SIGSEGV', 'SIGBUS', 'SIGABRT', 'SIGFPE', 'SIGILL'):
+        lines.append('  cause: a crash in native code (a C/C++/CUDA extension, the driver); '
+                     'the Python stack at the crash is in the stack file below, if written')
+    return lines

@@ -1,0 +1,71 @@
+"""DataLoader workers that die with their rank.
+
+torchrun stops a job by signalling each live rank's process group, but a rank that is already
+dead (SIGKILL from the host's OOM killer, a segfault) is skipped, and its DataLoader workers
+live on as orphans: measured 29 minutes and more at about 560 MiB each, until killed by hand,
+and one more set per elastic restart. Each worker here asks the kernel to SIGKILL it when its
+parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``), then runs the loader's own ``worker_init_fn``.
+
+It also drops the SIGTERM stack dump that :class:`~mmddp_ext.hooks.HangWatchdogHook` installs
+in the rank (a forked worker inherits it and would write into the rank's dump).
+"""
+import ctypes
+import faulthandler
+import os
+import signal
+import sys
+from typing import Any, Callable, Optional
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> bool:
+    """Ask the kernel to SIGKILL this process when its parent exits (Linux; else no-op).
+
+    Returns:
+        Whether the request was made. If the parent is already gone (it died before the
+        request), the process exits at once.
+    """
+    if not sys.platform.startswith('linux'):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(1)
+    return True
+
+
+class WorkerInit:
+    """A DataLoader ``worker_init_fn`` that ties the worker's life to its rank, then calls
+    the original one (picklable, so it works with every multiprocessing start method).
+
+    Args:
+        fn: the loader's own ``worker_init_fn`` (MMEngine's seeding), or None.
+    """
+
+    def __init__(self, fn: Optional[Callable[[int], Any]] = None) -> None:
+        self.fn = fn
+        self.parent_pid = os.getpid()
+
+    def __call__(self, worker_id: int) -> None:
+        die_with_parent(self.parent_pid)
+        if hasattr(signal, 'SIGTERM'):
+            faulthandler.unregister(signal.SIGTERM)
+        if self.fn is not None:
+            self.fn(worker_id)
+
+
+def tie_workers(dataloader: Any) -> Any:
+    """Make ``dataloader``'s worker processes die with this process; returns it.
+
+    Only before its workers start (before the first ``iter()``); loaders without worker
+    processes, or already tied, are returned unchanged.
+    """
+    if getattr(dataloader, 'num_workers', 0) and not isinstance(
+            getattr(dataloader, 'worker_init_fn', None), WorkerInit):
+        dataloader.worker_init_fn = WorkerInit(dataloader.worker_init_fn)
+    return dataloader

@@ -1,0 +1,224 @@
+"""``HangWatchdogHook``: a rank that stops making progress dumps every thread's stack and stops,
+well before MMEngine's 30-minute collective timeout, with nothing set up in advance."""
+import faulthandler
+import os
+import signal
+import socket
+import threading
+import time
+from collections import deque
+from typing import Any, Deque, Dict, Optional, Sequence
+
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+
+from ..progress import progress_path, ranks_dir, stacks_path, write_progress
+
+
+def watchdog_bound(iter_seconds: Sequence[float], timeout: Optional[float], factor: float,
+                   min_timeout: float) -> Optional[float]:
+    """Seconds without progress after which a rank counts as stuck, during training iterations.
+
+    ``timeout`` when given; else ``max(min_timeout, factor × slowest recent iteration)``; None
+    before an iteration has been timed (the start-up bound applies then).
+
+    Example: iterations of 0.6 s, factor 10, min 120 s -> 120 s; iterations of 30 s -> 300 s.
+    """
+    if timeout is not None:
+        return float(timeout)
+    if not iter_seconds:
+        return None
+    return max(float(min_timeout), factor * max(iter_seconds))
+
+
+def _positive(name: str, value: Any, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f'HangWatchdogHook {name}={value!r} must be a positive number of '
+                         f'{"iterations" if name == "window" else "seconds"}'
+                         + (' or None (automatic)' if allow_none else ''))
+
+
+@HOOKS.register_module()
+class HangWatchdogHook(Hook):
+    """Names a stuck rank: progress files, a stack dump on a hang, and a bounded wait.
+
+    Every rank writes ``<work_dir>/ranks/rank{R}.json`` after each training iteration (last
+    completed iteration, slowest recent iteration time, host RSS, device memory) and arms
+    :func:`faulthandler.dump_traceback_later`. When no iteration completes within the bound,
+    the interpreter itself writes every thread's stack to ``ranks/rank{R}.stacks.txt`` and
+    exits the rank (exit code 1); torchrun then stops the others, which dump their stacks on
+    its SIGTERM. ``python -m mmddp_ext.diagnose`` reads both and names the rank that did not
+    reach the collective, the line it was on, and the ranks that waited for it. This works
+    while the main thread is blocked inside C++ (gloo, NCCL, CUDA) and needs no environment
+    variables set in advance.
+
+    The bound during training is ``timeout`` if given, else
+    ``max(min_timeout, factor × slowest of the last `window` iterations)``. Before the first
+    iteration is timed, and around validation, evaluation and checkpoint saving, the
+    ``slow_timeout`` applies (whichever is larger). Defaults: 120 s minimum, 10× the slowest
+    iteration, 600 s for the slow phases: a hang is named in minutes instead of MMEngine's
+    30-minute collective timeout.
+
+    A collective timeout of your own shorter than the bound (``env_cfg.dist_cfg.timeout``) ends
+    the waiting rank first; the diagnosis still names the rank that did not arrive, from the
+    stack it dumped when torchrun stopped it.
+
+    Args:
+        timeout: fixed bound in seconds during training iterations (None: automatic).
+        factor: multiple of the slowest recent iteration time (automatic bound).
+        min_timeout: lower limit of the automatic bound, seconds.
+        slow_timeout: bound before the first iteration and around validation, evaluation and
+            checkpoint saving, seconds.
+        window: how many recent iterations the automatic bound looks at.
+        enabled: False turns the watchdog off (progress files are still written).
+
+    Example::
+
+        custom_hooks = [dict(type='HangWatchdogHook', min_timeout=300)]
+    """
+
+    priority = 'VERY_HIGH'
+
+    def __init__(self, timeout: Optional[float] = None, factor: float = 10.0,
+                 min_timeout: float = 120.0, slow_timeout: float = 600.0, window: int = 20,
+                 enabled: bool = True) -> None:
+        _positive('timeout', timeout, allow_none=True)
+        for name, value in (('factor', factor), ('min_timeout', min_timeout),
+                            ('slow_timeout', slow_timeout), ('window', window)):
+            _positive(name, value)
+        self.timeout, self.factor, self.min_timeout = timeout, factor, min_timeout
+        self.slow_timeout, self.enabled = slow_timeout, enabled
+        self.iter_seconds: Deque[float] = deque(maxlen=int(window))
+        self.state: Dict[str, Any] = {}
+        self._stack_file = None
+        self._path: Optional[str] = None
+        self._last_tick: Optional[float] = None
+        self._announced = False
+        self._was_enabled = False
+
+    # ---- set-up and tear-down ----
+    def before_run(self, runner) -> None:
+        rank = runner.rank
+        os.makedirs(ranks_dir(runner.work_dir), exist_ok=True)
+        self._path = progress_path(runner.work_dir, rank)
+        self.state = dict(rank=rank, world_size=runner.world_size, run=runner.timestamp,
+                          pid=os.getpid(), host=socket.gethostname(),
+                          main_thread=threading.main_thread().ident, phase='start',
+                          completed_iter=None, slowest_iter_s=None, bound_s=None, time=None,
+                          rss=None, device_allocated=None)
+        self._stack_file = open(stacks_path(runner.work_dir, rank), 'w')
+        self._was_enabled = faulthandler.is_enabled()
+        # fatal signals (SIGSEGV, SIGABRT, SIGBUS, SIGFPE) and the launcher's stop signal:
+        # dump every thread, then die as before
+        faulthandler.enable(file=self._stack_file, all_threads=True)
+        if hasattr(signal, 'SIGTERM'):
+            faulthandler.register(signal.SIGTERM, file=self._stack_file, all_threads=True,
+                                  chain=True)
+        self._write()
+
+    def after_run(self, runner) -> None:
+        faulthandler.cancel_dump_traceback_later()
+        if self._stack_file is None:
+            return
+        if hasattr(signal, 'SIGTERM'):
+            faulthandler.unregister(signal.SIGTERM)
+        faulthandler.disable()
+        if self._was_enabled:  # as it was (e.g. PYTHONFAULTHANDLER=1): to stderr
+            faulthandler.enable()
+        path = self._stack_file.name
+        self._stack_file.close()
+        self._stack_file = None
+        if os.path.getsize(path) == 0:
+            os.remove(path)
+        self._phase('done')
+
+    # ---- training ----
+    def before_train(self, runner) -> None:
+        if self.enabled:
+            runner.logger.info(
+                '[mmddp_ext] hang watchdog: a rank without progress for ' + (
+                    f'{self.timeout:g} s' if self.timeout is not None else
+                    f'max({self.min_timeout:g} s, {self.factor:g} × slowest iteration)') +
+                f' ({self.slow_timeout:g} s before the first iteration and around validation '
+                'and checkpoints) dumps its stacks to ranks/ and stops; '
+                'python -m mmddp_ext.diagnose names it')
+        self._phase('train', slow=True)
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        now = time.monotonic()
+        if self._last_tick is not None:
+            self.iter_seconds.append(now - self._last_tick)
+        self._last_tick = now
+        self.state.update(completed_iter=runner.iter + 1, phase='train',
+                          slowest_iter_s=max(self.iter_seconds, default=None))
+        bound = watchdog_bound(self.iter_seconds, self.timeout, self.factor, self.min_timeout)
+        self._arm(bound if bound is not None else self.slow_timeout)
+        if bound is not None and not self._announced and len(self.iter_seconds) >= 5:
+            self._announced = True
+            if self.enabled:
+                runner.logger.info(f'[mmddp_ext] hang watchdog bound: {bound:.0f} s (slowest '
+                                   f'iteration so far {max(self.iter_seconds):.2f} s)')
+
+    def after_train(self, runner) -> None:
+        faulthandler.cancel_dump_traceback_later()
+
+    # ---- slow phases ----
+    def before_val(self, runner) -> None:
+        self._phase('val', slow=True)
+
+    def after_val_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        self._arm(self._slow())
+
+    def after_val(self, runner) -> None:
+        self._phase('train', slow=True)
+        self._last_tick = None  # the validation time is not an iteration time
+
+    def before_test(self, runner) -> None:
+        self._phase('test', slow=True)
+
+    def after_test_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        self._arm(self._slow())
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        self._arm(self._slow())
+        self._last_tick = None  # saving is not iteration time either
+
+    # ---- internals ----
+    def _slow(self) -> float:
+        bound = watchdog_bound(self.iter_seconds, self.timeout, self.factor, self.min_timeout)
+        return max(self.slow_timeout, bound or 0.0)
+
+    def _phase(self, phase: str, slow: bool = False) -> None:
+        self.state['phase'] = phase
+        if slow:
+            self._arm(self._slow())
+        else:
+            self._write()
+
+    def _arm(self, seconds: float) -> None:
+        self.state['bound_s'] = seconds if self.enabled else None
+        self._write()
+        if self.enabled and self._stack_file is not None:
+            faulthandler.dump_traceback_later(seconds, exit=True, file=self._stack_file)
+
+    def _write(self) -> None:
+        if self._path is None:
+            return
+        self.state['time'] = time.time()
+        try:
+            import psutil
+            self.state['rss'] = psutil.Process().memory_info().rss
+        except Exception:  # progress must never stop training
+            pass
+        try:
+            import torch
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                self.state['device_allocated'] = torch.cuda.memory_allocated()
+        except Exception:
+            pass
+        try:
+            write_progress(self._path, self.state)
+        except OSError:
+            pass

@@ -1,0 +1,63 @@
+"""DataLoader workers die with their rank: a rank killed by SIGKILL (the host's OOM killer)
+leaves no orphaned worker behind, and the loader's own worker_init_fn still runs."""
+import os
+import os.path as osp
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from mmddp_ext.dist.workers import WorkerInit, tie_workers
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _start(mode: str):
+    proc = subprocess.Popen([sys.executable, '-m', 'tests.helpers.loader_child', mode],
+                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith('workers'):
+            break
+    return proc, [int(p) for p in lines[-1].split()[1:]], lines
+
+
+@pytest.mark.skipif(not sys.platform.startswith('linux'), reason='PR_SET_PDEATHSIG is Linux')
+def test_workers_of_a_killed_rank_die_with_it():
+    proc, workers, lines = _start('tie')
+    try:
+        assert len(workers) == 2 and all(_alive(p) for p in workers)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(60)
+        deadline = time.monotonic() + 60  # a bound, not a measurement: death is immediate
+        while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [p for p in workers if _alive(p)]
+        rest = proc.stdout.read()  # the workers held the pipe: it closes when they are gone
+        assert ''.join(lines + [rest]).count('initialised') == 2  # the loader's own init ran
+    finally:
+        for pid in [proc.pid] + workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_tie_wraps_once_and_only_loaders_with_workers():
+    from torch.utils.data import DataLoader
+    loader = DataLoader([1, 2], num_workers=2)
+    tie_workers(tie_workers(loader))
+    assert isinstance(loader.worker_init_fn, WorkerInit) and loader.worker_init_fn.fn is None
+    inline = DataLoader([1, 2], num_workers=0)
+    assert tie_workers(inline).worker_init_fn is None

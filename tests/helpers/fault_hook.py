@@ -1,0 +1,38 @@
+"""A test-only hook: one rank gets stuck or killed at a given iteration, as in the field."""
+import json
+import os
+import os.path as osp
+import signal
+import time
+
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+
+
+@HOOKS.register_module()
+class FaultHook(Hook):
+    """On ``rank``, at training iteration ``at_iter`` (1-based, as the log counts), before the
+    iteration runs: ``'stuck'`` sleeps (the other ranks reach the gradient all-reduce and wait),
+    ``'sigkill'`` first writes ``<work_dir>/fault_rank{R}.json`` (its pid and its DataLoader
+    worker pids), then kills its own process with SIGKILL, as the host's OOM killer does.
+
+    Args:
+        rank: the rank that misbehaves.
+        at_iter: the iteration, 1-based.
+        fault: ``'stuck'`` or ``'sigkill'``.
+    """
+
+    def __init__(self, rank: int = 1, at_iter: int = 3, fault: str = 'stuck') -> None:
+        self.rank, self.at_iter, self.fault = rank, at_iter, fault
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        if runner.rank != self.rank or runner.iter + 1 != self.at_iter:
+            return
+        if self.fault == 'stuck':
+            time.sleep(3600)  # the line the diagnosis must name
+        elif self.fault == 'sigkill':
+            import psutil
+            children = [c.pid for c in psutil.Process().children(recursive=True)]
+            with open(osp.join(runner.work_dir, f'fault_rank{runner.rank}.json'), 'w') as f:
+                json.dump(dict(pid=os.getpid(), workers=children), f)
+            os.kill(os.getpid(), signal.SIGKILL)

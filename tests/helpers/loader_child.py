@@ -1,0 +1,40 @@
+"""A test-only script: a process with a DataLoader of 2 worker processes, optionally tied to it
+(:func:`mmddp_ext.dist.workers.tie_workers`); prints the worker pids, then waits to be killed.
+
+    python -m tests.helpers.loader_child tie|plain
+"""
+import sys
+import time
+
+import psutil
+from torch.utils.data import DataLoader
+
+from mmddp_ext.dist.workers import tie_workers
+
+
+def seed_worker(worker_id: int) -> None:
+    print(f'worker {worker_id} initialised', flush=True)
+
+
+class _Big:
+    def __len__(self) -> int:
+        return 1000
+
+    def __getitem__(self, index: int):
+        import torch
+        return torch.zeros(2 ** 18)
+
+
+def main(mode: str) -> None:
+    # 1 MiB samples: prefetched batches fill the result pipe, as images do in training
+    loader = DataLoader(_Big(), batch_size=1, num_workers=2, worker_init_fn=seed_worker)
+    if mode == 'tie':
+        tie_workers(loader)
+    batches = iter(loader)
+    next(batches)  # the workers are running now
+    print('workers', ' '.join(str(c.pid) for c in psutil.Process().children()), flush=True)
+    time.sleep(600)
+
+
+if __name__ == '__main__':
+    main(sys.argv[1])
