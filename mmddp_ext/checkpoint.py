@@ -12,6 +12,10 @@ Importing :mod:`mmddp_ext` replaces MMEngine's local-file checkpoint loader (thr
 ``weights_only=True`` and allows exactly the extra types below. Anything else is refused with
 an error that names the type.
 
+Saving is guarded too: :func:`nonfinite_tensors` finds weights with a NaN or Inf, and
+``DDPRunner`` refuses to write such a checkpoint, or to make it the best one
+(:func:`guard_checkpoint_hook`), with one log line (:func:`refusal`).
+
 Legacy checkpoints holding other objects load only after an explicit opt-in — ``--unsafe-load``
 on ``tools/dist_train.py``, ``unsafe_load = True`` in the config, or ``MMDDP_UNSAFE_LOAD=1`` —
 and every such load logs a warning naming the file.
@@ -29,11 +33,12 @@ resumed run sees exactly what was saved. Example::
     <class 'numpy.float64'>
 """
 import copy
+import itertools
 import os
 import os.path as osp
 import pickle
 import warnings
-from typing import Any, Callable, List, Optional, Union
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -248,3 +253,84 @@ def from_plain(checkpoint: Any) -> Any:
         The restored checkpoint; ``checkpoint`` itself when there was nothing to restore.
     """
     return _map_leaves(checkpoint, _leaf_from_plain)
+
+
+def nonfinite_tensors(model: torch.nn.Module) -> Tuple[List[str], int]:
+    """The floating-point parameters and buffers of ``model`` that hold a NaN or Inf.
+
+    One device-to-host copy in all, no collective. Under DDP every rank holds the same
+    weights, so every rank reaches the same answer.
+
+    Returns:
+        Their names (in ``named_parameters`` then ``named_buffers`` order) and the number of
+        floating-point tensors checked.
+    """
+    tensors = [(name, t) for name, t in itertools.chain(model.named_parameters(),
+                                                        model.named_buffers())
+               if t.is_floating_point()]
+    if not tensors:
+        return [], 0
+    device = tensors[0][1].device
+    flags = torch.stack([torch.isfinite(t).all().to(device) for _, t in tensors]).cpu()
+    return [name for (name, _), ok in zip(tensors, flags.tolist()) if not ok], len(tensors)
+
+
+def refusal(what: str, bad: List[str], total: int) -> str:
+    """The one line that says a save was refused: ``what``, how many tensors are not finite
+    and the first three names."""
+    shown = ', '.join(bad[:3]) + (', ...' if len(bad) > 3 else '')
+    return (f'[mmddp_ext] refusing to save {what}: {len(bad)} of {total} weight tensors are '
+            f'not finite ({shown}); earlier checkpoints are kept')
+
+
+def guard_checkpoint_hook(hook: Any, finite: Callable[[str], bool]) -> None:
+    """Make MMEngine's ``CheckpointHook`` ask ``finite(what)`` before it changes anything.
+
+    ``CheckpointHook`` removes the oldest checkpoint (``max_keep_ckpts``), the previous best
+    one, and records ``last_ckpt``, ``best_score`` and ``best_ckpt`` in the message hub
+    *before* it calls ``runner.save_checkpoint``, and writes ``last_checkpoint`` after it. A
+    refusal inside ``save_checkpoint`` would leave all of that pointing at a file that was
+    never written. So, on this hook instance, ``_save_checkpoint_with_step`` and
+    ``_save_best_checkpoint`` first call ``finite``, which returns False (having logged why)
+    to refuse: then nothing is removed, recorded or written.
+
+    Args:
+        hook: A ``CheckpointHook`` (or subclass) instance; guarded once.
+        finite: ``finite(what) -> bool``, ``what`` naming the checkpoint for the log line.
+    """
+    if getattr(hook, '_mmddp_finite_guard', False):
+        return
+    save_with_step = hook._save_checkpoint_with_step
+    save_best = hook._save_best_checkpoint
+
+    def guarded_save_with_step(runner: Any, step: int, meta: dict) -> None:
+        if finite(str(hook.filename_tmpl.format(step))):
+            save_with_step(runner, step, meta)
+
+    def guarded_save_best(runner: Any, metrics: dict) -> None:
+        if not hook.save_best or not _improves(hook, runner, metrics):
+            return save_best(runner, metrics)  # it saves and records nothing
+        unit, count = ('epoch', runner.epoch) if hook.by_epoch else ('iter', runner.iter)
+        if finite(f'a best checkpoint at {unit} {count} (its {", ".join(hook.key_indicators)} '
+                  'is not recorded as best)'):
+            save_best(runner, metrics)
+
+    hook._save_checkpoint_with_step = guarded_save_with_step
+    hook._save_best_checkpoint = guarded_save_best
+    hook._mmddp_finite_guard = True
+
+
+def _improves(hook: Any, runner: Any, metrics: dict) -> bool:
+    """Whether ``CheckpointHook._save_best_checkpoint`` would save a new best checkpoint for
+    ``metrics``, by the hook's own rules and the best score in the message hub (True while
+    its rule is still ``'auto'``, i.e. not yet chosen)."""
+    indicators = list(hook.key_indicators)
+    if 'auto' in indicators:
+        return True
+    for key, rule in zip(indicators, hook.rules):
+        best_key = 'best_score' if len(indicators) == 1 else f'best_score_{key}'
+        best = runner.message_hub.runtime_info.get(best_key, hook.init_value_map[rule])
+        score = metrics.get(key)
+        if score is not None and hook.is_better_than[key](score, best):
+            return True
+    return False

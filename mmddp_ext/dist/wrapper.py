@@ -1,9 +1,22 @@
 """The DDP wrapper config: lean defaults under the config's own ``model_wrapper_cfg``."""
+import functools
+import inspect
 from typing import Any
 
 from ..errors import ScalingError
 
 DDP_TYPES = ('MMDistributedDataParallel', 'DistributedDataParallel', 'MicrobatchDDP')
+_BUFFER_SYNC_KEYS = ('broadcast_buffers', 'forward_sync_buffers')
+
+
+@functools.lru_cache(maxsize=None)
+def buffer_sync_key() -> str:
+    """The keyword of torch's ``DistributedDataParallel`` that turns off syncing buffers at
+    every forward: ``forward_sync_buffers`` since torch 2.13 (``broadcast_buffers`` is
+    deprecated there, with a FutureWarning), ``broadcast_buffers`` before."""
+    from torch.nn.parallel import DistributedDataParallel
+    params = inspect.signature(DistributedDataParallel.__init__).parameters
+    return 'forward_sync_buffers' if 'forward_sync_buffers' in params else 'broadcast_buffers'
 
 
 def ddp_wrapper_cfg(cfg: Any, cuda: bool, local_rank: int, on_oom: str = 'raise') -> dict:
@@ -11,9 +24,15 @@ def ddp_wrapper_cfg(cfg: Any, cuda: bool, local_rank: int, on_oom: str = 'raise'
 
     ``gradient_as_bucket_view=True`` (gradients live in DDP's buckets instead of a second
     copy), ``device_ids=None`` on CPU (MMEngine's ``[LOCAL_RANK]`` is rejected there), and
-    MMEngine's own ``broadcast_buffers=False`` / ``find_unused_parameters``. Keys the config
-    sets itself win; wrappers other than DDP (FSDP, DeepSpeed, ...) are left alone. With
-    ``on_oom='microbatch'`` the type becomes :class:`~mmddp_ext.dist.microbatch.MicrobatchDDP`.
+    MMEngine's own ``find_unused_parameters`` and no buffer sync at every forward (MMEngine's
+    ``broadcast_buffers=False``). On torch >= 2.13 that is spelled ``forward_sync_buffers=False``
+    (:func:`buffer_sync_key`), which also broadcasts the buffers from rank 0 once, when the
+    model is wrapped, as the parameters are (``MicrobatchDDP`` does the same); MMEngine's
+    model init gives every rank the same buffers anyway. Keys the config sets itself win (a
+    config that sets either buffer key gets neither of ours); wrappers other than DDP (FSDP,
+    DeepSpeed, ...) are left alone. With ``on_oom='microbatch'`` the type becomes
+    :class:`~mmddp_ext.dist.microbatch.MicrobatchDDP` (whose own ``broadcast_buffers`` is
+    not deprecated).
     """
     own = dict(cfg.get('model_wrapper_cfg') or {})
     if own.get('type', 'MMDistributedDataParallel') not in DDP_TYPES:
@@ -22,12 +41,15 @@ def ddp_wrapper_cfg(cfg: Any, cuda: bool, local_rank: int, on_oom: str = 'raise'
                                f"model_wrapper_cfg.type={own['type']!r}: remove "
                                f"model_wrapper_cfg.type or set scaling.on_oom='raise'")
         return own
-    wrapper = dict(type='MMDistributedDataParallel', broadcast_buffers=False,
+    wrapper = dict(type='MMDistributedDataParallel',
                    find_unused_parameters=cfg.get('find_unused_parameters', False),
                    gradient_as_bucket_view=True, device_ids=[local_rank] if cuda else None)
     wrapper.update(own)
     if on_oom == 'microbatch':
         wrapper['type'] = 'MicrobatchDDP'
+    if not any(key in own for key in _BUFFER_SYNC_KEYS):
+        key = 'broadcast_buffers' if wrapper['type'] == 'MicrobatchDDP' else buffer_sync_key()
+        wrapper[key] = False
     return wrapper
 
 

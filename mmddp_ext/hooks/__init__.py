@@ -1,5 +1,7 @@
+from .finite_loss_hook import FiniteLossHook, NonFiniteLossError
 from .memory_hook import RankMemoryHook
 from .scaling_hook import ScalingHook
 from .watchdog_hook import HangWatchdogHook
 
-__all__ = ['HangWatchdogHook', 'RankMemoryHook', 'ScalingHook']
+__all__ = ['FiniteLossHook', 'HangWatchdogHook', 'NonFiniteLossError', 'RankMemoryHook',
+           'ScalingHook']

@@ -15,16 +15,24 @@ train is built as MMEngine's Runner builds it):
    because the plan already includes MMEngine's rule (with accumulation) — so there is no
    double scaling;
 3. a :class:`~mmddp_ext.hooks.ScalingHook` (logs the plan, stores it in checkpoints,
-   reconciles a resume on another world size) and a
-   :class:`~mmddp_ext.hooks.RankMemoryHook` (``interval=50``) are added unless the config's
-   ``custom_hooks`` list them already;
+   reconciles a resume on another world size), a
+   :class:`~mmddp_ext.hooks.RankMemoryHook` (``interval=50``) and a
+   :class:`~mmddp_ext.hooks.FiniteLossHook` (``action='stop'``) and a
+   :class:`~mmddp_ext.hooks.HangWatchdogHook` (names a stuck rank) are added unless the
+   config's ``custom_hooks`` list them already;
 4. checkpoints are written atomically (temporary file, fsync, rename), in a form plain
-   ``torch.load`` opens (:meth:`DDPRunner.call_hook`), and resumed with
-   ``map_location='cpu'``;
+   ``torch.load`` opens (:meth:`DDPRunner.call_hook`), never with non-finite weights and
+   never such a one as "best" (:meth:`DDPRunner.save_checkpoint`,
+   :meth:`DDPRunner.register_hook`), and resumed with ``map_location='cpu'``; a ``--resume``
+   that finds no checkpoint says so in one line (:meth:`DDPRunner.load_or_resume`);
 5. distributed runs get the lean DDP wrapper (:func:`mmddp_ext.dist.wrapper.ddp_wrapper_cfg`;
    :class:`~mmddp_ext.dist.microbatch.MicrobatchDDP` with ``on_oom='microbatch'``) and, if
    nobody initialised the process group yet (e.g. MMDetection's ``tools/train.py``), it is
-   initialised here — gloo on CPU, where MMEngine's CUDA-only ``init_dist`` fails.
+   initialised here — gloo on CPU, where MMEngine's CUDA-only ``init_dist`` fails;
+6. known-harmless warnings of MMEngine and MMPose are filtered, narrowly
+   (:mod:`mmddp_ext.utils.quiet`);
+7. DataLoader worker processes die with their rank (:func:`mmddp_ext.dist.workers.tie_workers`:
+   a rank killed by SIGKILL leaves no orphaned workers).
 """
 import copy
 import logging
@@ -34,23 +42,27 @@ from typing import Any, Optional, Tuple
 
 from mmengine.config import Config
 from mmengine.dist import is_main_process
+from mmengine.hooks import CheckpointHook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 from mmengine.registry import MODEL_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
-from ..checkpoint import from_plain, to_plain
+from ..checkpoint import from_plain, guard_checkpoint_hook, nonfinite_tensors, refusal, to_plain
 from ..dist.env import read_dist_env
 from ..dist.launch import init_distributed
+from ..dist.workers import tie_workers
 from ..dist.wrapper import DDP_TYPES, batchnorm_for_cpu, ddp_wrapper_cfg
 from ..memory.budget import apply_budget
 from ..scaling.apply import apply_plan, check_runtime_for_config, plan_for_config
 from ..scaling.config import ScalingConfig
 from ..utils.io import commit
+from ..utils.quiet import quiet_logger, quiet_warnings
 
 
 # Added unless the config lists them itself (e.g. with another interval).
-DEFAULT_HOOKS = (dict(type='ScalingHook'), dict(type='RankMemoryHook', interval=50))
+DEFAULT_HOOKS = (dict(type='ScalingHook'), dict(type='RankMemoryHook', interval=50),
+                 dict(type='FiniteLossHook', action='stop'), dict(type='HangWatchdogHook'))
 
 
 def _world_size(launcher: str) -> int:
@@ -242,7 +254,12 @@ class DDPRunner(Runner):
                         meta=None, by_epoch: bool = True, backend_args=None) -> None:
         """MMEngine's save, made atomic for local files: write ``.<name>.part``, fsync,
         rename. A crash mid-save leaves the previous file of that name intact, and the
-        CheckpointHook updates ``last_checkpoint`` only after this returns."""
+        CheckpointHook updates ``last_checkpoint`` only after this returns.
+
+        Weights with a NaN or Inf are not saved: one log line names them and nothing is
+        written (:func:`~mmddp_ext.checkpoint.nonfinite_tensors`)."""
+        if not self.finite_for_save(filename):
+            return None
         args = (file_client_args, save_optimizer, save_param_scheduler, meta, by_epoch,
                 backend_args)
         if file_client_args or backend_args or '://' in str(out_dir):
@@ -258,6 +275,49 @@ class DDPRunner(Runner):
         if main:
             commit(part, osp.join(out_dir, filename))
 
+    def finite_for_save(self, what: str) -> bool:
+        """Whether the model's weights are finite; if not, log that ``what`` (a checkpoint)
+        is not saved, naming the non-finite tensors. The same answer on every rank (DDP keeps
+        the weights equal); no collective."""
+        model = self.model.module if is_model_wrapper(self.model) else self.model
+        bad, total = nonfinite_tensors(model)
+        if bad:
+            self.logger.warning(refusal(what, bad, total))
+        return not bad
+
+    def register_hook(self, hook: Any, priority: Any = None) -> None:
+        """MMEngine's registration; a ``CheckpointHook`` then asks :meth:`finite_for_save`
+        before it removes, records or writes anything
+        (:func:`~mmddp_ext.checkpoint.guard_checkpoint_hook`), so a refused save is never
+        named in ``last_checkpoint`` and never becomes the best checkpoint."""
+        super().register_hook(hook, priority)
+        for registered in self._hooks:
+            if isinstance(registered, CheckpointHook):
+                guard_checkpoint_hook(registered, self.finite_for_save)
+
+    def load_or_resume(self) -> None:
+        """MMEngine's load or resume; an automatic resume (``--resume`` without a path) that
+        finds no ``last_checkpoint`` in the work dir logs one line saying training starts
+        from scratch, instead of MMEngine's "Did not find last_checkpoint" on every rank and
+        "Auto resumed from the latest checkpoint None"."""
+        if (not self._has_loaded and self._resume and self._load_from is None
+                and not osp.exists(osp.join(self.work_dir, 'last_checkpoint'))):
+            self.logger.info(f'[mmddp_ext] --resume: no checkpoint in {self.work_dir} yet: '
+                             'starting from scratch')
+            return None
+        return super().load_or_resume()
+
+    def build_logger(self, *args: Any, **kwargs: Any) -> Any:
+        """MMEngine's logger, with the filter of known-harmless log warnings
+        (:func:`~mmddp_ext.utils.quiet.quiet_logger`)."""
+        return quiet_logger(super().build_logger(*args, **kwargs))
+
+    @staticmethod
+    def build_dataloader(dataloader: Any, seed: Optional[int] = None,
+                         diff_rank_seed: bool = False) -> Any:
+        """MMEngine's dataloader, its worker processes tied to this rank's life."""
+        return tie_workers(Runner.build_dataloader(dataloader, seed, diff_rank_seed))
+
     def resume(self, filename: str, resume_optimizer: bool = True,
                resume_param_scheduler: bool = True, map_location='cpu') -> None:
         """MMEngine's resume, loading to CPU by default (no transient second copy of the
@@ -265,8 +325,11 @@ class DDPRunner(Runner):
         return super().resume(filename, resume_optimizer, resume_param_scheduler, map_location)
 
     def setup_env(self, env_cfg: dict) -> None:
-        """Initialise the process group ourselves (gloo on CPU, bounded rendezvous) when the
-        entry point did not, then let MMEngine do the rest of its set-up."""
+        """Filter known-harmless warnings (:func:`~mmddp_ext.utils.quiet.quiet_warnings`;
+        ``Runner.__init__`` calls this first), initialise the process group ourselves (gloo
+        on CPU, bounded rendezvous) when the entry point did not, then let MMEngine do the
+        rest of its set-up."""
+        quiet_warnings()
         if self.distributed:
             _init_process_group(self.launcher, env_cfg)
         super().setup_env(env_cfg)

@@ -1,0 +1,226 @@
+"""``FiniteLossHook``: notice the first NaN or Inf loss and stop, warn or skip the step.
+
+Added by :class:`~mmddp_ext.runner.DDPRunner` with ``action='stop'`` unless the config lists it
+(``custom_hooks = [dict(type='FiniteLossHook', action='skip')]`` chooses another action).
+
+Every iteration, each rank looks at its own loss terms (the ``loss*`` entries of the model's
+``log_vars``, which MMEngine's ``RuntimeInfoHook`` reads as numbers anyway): no collective is
+added. On a non-finite one:
+
+* ``'stop'`` (default): raise :class:`NonFiniteLossError` on that rank, with one line naming
+  the rank, the iteration, the non-finite terms with their values and the LR. The training
+  entry records it as the rank's failure, so the diagnosis after the run shows it.
+* ``'warn'``: log that line and go on (again at the 2nd, 4th, 8th, ... occurrence on a rank).
+* ``'skip'``: log that line and skip optimizer steps whose gradients are not finite. The
+  decision is taken on the gradients in ``optim_wrapper.step``, i.e. after DDP (or
+  ``MicrobatchDDP``) averaged them over ranks: a NaN on one rank makes the average NaN on every
+  rank, so every rank skips the same steps without exchanging anything. Under gradient
+  accumulation the step at the end of the cycle is skipped (the cycle's gradients are dropped
+  by the ``zero_grad`` that follows). ``AmpOptimWrapper`` is left alone: its loss scaler already
+  skips steps with non-finite gradients, and lowers the scale, on every rank alike.
+
+Checkpoints with non-finite weights are refused by the runner itself
+(:func:`mmddp_ext.checkpoint.nonfinite_tensors`), whatever the action.
+
+Example::
+
+    custom_hooks = [dict(type='FiniteLossHook', action='warn')]
+"""
+import difflib
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from mmengine.hooks import Hook
+from mmengine.model import is_model_wrapper
+from mmengine.registry import HOOKS
+
+ACTIONS = ('stop', 'warn', 'skip')
+
+
+class NonFiniteLossError(RuntimeError):
+    """A loss term was NaN or Inf (``FiniteLossHook(action='stop')``).
+
+    Attributes:
+        rank: The rank whose loss it was.
+        iteration: The iteration, counted from 1 as MMEngine's log and checkpoints count.
+        terms: ``{name: value}`` of the non-finite loss terms.
+        lr: The learning rate(s) of that iteration, as logged.
+    """
+
+    def __init__(self, message: str, rank: int, iteration: int, terms: Dict[str, float],
+                 lr: str) -> None:
+        super().__init__(message)
+        self.rank, self.iteration, self.terms, self.lr = rank, iteration, terms, lr
+
+
+def nonfinite_terms(log_vars: Any) -> Dict[str, float]:
+    """The loss terms of ``log_vars`` (keys containing ``'loss'``, MMEngine's rule for what
+    makes up the loss) that are NaN or Inf, with their values.
+
+    A term that is the sum of its parts (MMEngine's ``loss``) is left out when a part explains
+    it. Tensors with several elements give their first non-finite element.
+
+    Example::
+
+        >>> nonfinite_terms({'loss': torch.tensor(float('nan')),
+        ...                  'loss_kpt': torch.tensor(float('nan')), 'acc_pose': 0.5})
+        {'loss_kpt': nan}
+    """
+    if not isinstance(log_vars, dict):
+        return {}
+    bad = {}
+    for key, value in log_vars.items():
+        if 'loss' not in str(key):
+            continue
+        value = torch.as_tensor(value).detach()
+        if not value.is_floating_point():
+            continue
+        finite = torch.isfinite(value)
+        if not bool(finite.all()):
+            bad[str(key)] = float(value.reshape(-1)[~finite.reshape(-1)][0])
+    if len(bad) > 1:
+        bad.pop('loss', None)  # the total, when its parts say which term it was
+    return bad
+
+
+def format_terms(terms: Dict[str, float]) -> str:
+    """``loss_kpt=nan, loss_bbox=inf``."""
+    return ', '.join(f'{k}={v}' for k, v in terms.items())
+
+
+def format_lr(optim_wrapper: Any) -> str:
+    """The current LR(s) of ``optim_wrapper``: ``5.0e-04``, or ``backbone 1.0e-04 / head
+    1.0e-03`` for several groups or optimizers."""
+    try:
+        lrs = optim_wrapper.get_lr()
+    except Exception:  # a custom wrapper without get_lr: the message goes on without it
+        return '?'
+    values: List[Tuple[str, float]] = []
+    for key, group_lrs in lrs.items():
+        if not key.endswith('lr') or key.endswith('base_lr'):
+            continue
+        prefix = key[:-len('lr')].rstrip('.')
+        for lr in group_lrs:
+            values.append((prefix, float(lr)))
+    if len({v for _, v in values}) <= 1:
+        return f'{values[0][1]:.1e}' if values else '?'
+    return ' / '.join(f'{name} {v:.1e}'.strip() for name, v in values)
+
+
+def nonfinite_grads(params: Sequence[torch.nn.Parameter]) -> List[int]:
+    """Indices of the parameters in ``params`` whose gradient has a NaN or Inf; one
+    device-to-host copy in all, no collective."""
+    present = [(i, p.grad) for i, p in enumerate(params) if p.grad is not None]
+    if not present:
+        return []
+    flags = torch.stack([torch.isfinite(g).all().to(present[0][1].device)
+                         for _, g in present]).cpu()
+    return [i for (i, _), ok in zip(present, flags.tolist()) if not ok]
+
+
+def _check_action(action: Any) -> str:
+    if action in ACTIONS:
+        return action
+    close = difflib.get_close_matches(str(action), ACTIONS, n=1)
+    raise ValueError(f'FiniteLossHook action={action!r} is not one of {", ".join(ACTIONS)}'
+                     + (f' (did you mean {close[0]!r}?)' if close else '')
+                     + "; e.g. custom_hooks = [dict(type='FiniteLossHook', action='warn')]")
+
+
+@HOOKS.register_module()
+class FiniteLossHook(Hook):
+    """Stop, warn or skip the step at a NaN/Inf loss (module docstring).
+
+    Args:
+        action: ``'stop'`` (raise :class:`NonFiniteLossError`), ``'warn'`` (log and go on) or
+            ``'skip'`` (log, and skip optimizer steps whose averaged gradients are not finite).
+
+    Attributes:
+        nonfinite: How many iterations had a non-finite loss on this rank.
+        skipped: How many optimizer steps were skipped (``'skip'``; the same on every rank).
+    """
+
+    # before the ParamSchedulerHook (LOW) moves the LR on, and before the CheckpointHook
+    # (VERY_LOW) saves at an iteration-based interval
+    priority = 'ABOVE_NORMAL'
+
+    def __init__(self, action: str = 'stop') -> None:
+        self.action = _check_action(action)
+        self.nonfinite = 0
+        self.skipped = 0
+
+    def before_train(self, runner) -> None:
+        """With ``'skip'``, guard the optimizer step(s) of ``runner.optim_wrapper``."""
+        if self.action != 'skip':
+            return
+        from mmengine.optim import AmpOptimWrapper, OptimWrapperDict
+        wrapper = runner.optim_wrapper
+        wrappers = list(wrapper.values()) if isinstance(wrapper, OptimWrapperDict) else [wrapper]
+        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        names = {id(p): n for n, p in model.named_parameters()}
+        for inner in wrappers:
+            if isinstance(inner, AmpOptimWrapper):
+                if runner.rank == 0:
+                    runner.logger.info("[mmddp_ext] FiniteLossHook action='skip': "
+                                       'AmpOptimWrapper\'s loss scaler already skips steps '
+                                       'with non-finite gradients')
+                continue
+            self._guard_step(runner, inner, names)
+
+    def _guard_step(self, runner, optim_wrapper, names: Dict[int, str]) -> None:
+        """Replace ``optim_wrapper.step`` (on this instance) by one that skips a step whose
+        gradients are not finite. Called inside ``update_params`` (DDP) or by
+        ``MicrobatchDDP`` after the gradients were averaged over ranks."""
+        step = optim_wrapper.step
+        params = [p for group in optim_wrapper.optimizer.param_groups for p in group['params']]
+
+        def guarded_step(**kwargs: Any) -> Optional[Any]:
+            bad = nonfinite_grads(params)
+            if not bad:
+                return step(**kwargs)
+            self.skipped += 1
+            if runner.rank == 0:  # every rank decides the same: one line says it for all
+                first = ', '.join(names.get(id(params[i]), f'#{i}') for i in bad[:3])
+                runner.logger.warning(
+                    f'[mmddp_ext] optimizer step skipped at iteration {runner.iter + 1} on '
+                    f'every rank: {len(bad)} of {len(params)} gradients are not finite after '
+                    f'averaging over ranks ({first}{", ..." if len(bad) > 3 else ""}); '
+                    f'{self.skipped} step(s) skipped so far')
+            return None
+
+        optim_wrapper.step = guarded_step
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch: Any = None,
+                         outputs: Any = None) -> None:
+        """Check this rank's loss terms; act on a non-finite one."""
+        terms = nonfinite_terms(outputs)
+        if not terms:
+            return
+        self.nonfinite += 1
+        iteration = runner.iter + 1
+        lr = format_lr(runner.optim_wrapper)
+        head = (f'non-finite loss on rank {runner.rank} at iteration {iteration}: '
+                f'{format_terms(terms)} (lr {lr})')
+        if self.action == 'stop':
+            raise NonFiniteLossError(
+                f"{head}; stopping (FiniteLossHook action='stop'; to go on instead, set "
+                "custom_hooks = [dict(type='FiniteLossHook', action='warn')] or "
+                "action='skip')", runner.rank, iteration, terms, lr)
+        if self.nonfinite & (self.nonfinite - 1):
+            return  # say it at the 1st, 2nd, 4th, 8th, ... occurrence
+        count = '' if self.nonfinite == 1 else f' (occurrence {self.nonfinite} on this rank)'
+        if self.action == 'warn':
+            tail = "action='warn': training goes on"
+        else:
+            tail = "action='skip': optimizer steps with non-finite gradients are skipped"
+        _warn(runner, f'[mmddp_ext] {head}{count}; {tail}')
+
+
+def _warn(runner, message: str) -> None:
+    """A warning this rank must show itself: MMEngine's logger prints only rank 0's below
+    ERROR, so other ranks write the line to stderr as well."""
+    runner.logger.warning(message)
+    if runner.rank != 0:
+        print(message, file=sys.stderr, flush=True)
+

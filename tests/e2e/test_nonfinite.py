@@ -1,0 +1,44 @@
+"""A NaN loss on one rank of a real 2-process run stops the run with a diagnosis naming it, and
+no checkpoint is written after the last finite iteration.
+
+The demo: 64 images, 2 ranks × 16 per device, so 2 iterations per epoch and a checkpoint (and
+a validation, hence a "best" checkpoint) after every epoch. ``NanLossHook`` makes rank 1's loss
+terms NaN at iteration 3, the first of epoch 2. Through DDP's gradient average that NaN reaches
+rank 0's weights too; without ``FiniteLossHook`` the run used to go on logging ``loss: nan``,
+exit 0 and save NaN checkpoints."""
+import glob
+import os
+import os.path as osp
+
+import pytest
+import torch
+
+from conftest import demo_options, demo_with_hooks, run
+
+
+@pytest.mark.slow
+def test_nan_loss_on_rank1_stops_the_run_and_is_diagnosed(demo_data, tmp_path):
+    cfg = demo_with_hooks(tmp_path, "dict(type='NanLossHook', rank=1, iteration=3)",
+                          ['nan_loss_hook'], 'demo_nan.py')
+    work = str(tmp_path / 'w')
+    proc = run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work,
+                *demo_options(demo_data, 3, **{'train_cfg.val_interval': '1'})])
+    out = proc.stdout
+    assert proc.returncode != 0, out[-4000:]
+    assert 'loss: nan' not in out  # stopped at the first NaN, before it was logged
+    tail = out[out.rindex('==== mmddp_ext diagnosis'):]
+    assert 'first failing rank: 1' in tail, tail
+    assert ('NonFiniteLossError: non-finite loss on rank 1 at iteration 3: loss_kpt=nan (lr '
+            in tail), tail
+    assert "stopping (FiniteLossHook action='stop'" in tail
+    # nothing saved after iteration 2 (epoch 1): what is there is finite
+    saved = sorted(osp.basename(p) for p in glob.glob(osp.join(work, '*.pth')))
+    assert saved == ['best_coco_AP_epoch_1.pth', 'epoch_1.pth'], saved
+    for name in saved:
+        ckpt = torch.load(osp.join(work, name), weights_only=True)
+        assert ckpt['meta']['iter'] <= 2, (name, ckpt['meta'])
+        assert all(torch.isfinite(t).all() for t in ckpt['state_dict'].values()
+                   if t.is_floating_point())
+    with open(osp.join(work, 'last_checkpoint')) as f:
+        assert osp.basename(f.read().strip()) == 'epoch_1.pth'
+    assert not [f for f in os.listdir(work) if f.endswith('.part')]
