@@ -20,8 +20,10 @@
 #      exists (mmcv's own rule); FORCE_CUDA=1 / FORCE_CUDA=0 override it.
 #   6. xtcocotools built against the installed numpy
 #   7. mmpose 1.3.2 and mmdet 3.3.0 without their declared deps (mmpose's chumpy does not build)
-#   8. mmddp_ext itself (pip install -e .)
-#   9. one import of the whole stack, so a broken pairing fails here and not in training
+#   8. albumentations 1.4.24 for MMPose's Albumentation transform (RTMPose recipes), --no-deps
+#      (requirements/albumentations.txt: its opencv-python-headless would shadow opencv-python)
+#   9. mmddp_ext itself (pip install -e .)
+#  10. one import of the whole stack, so a broken pairing fails here and not in training
 # Missing system packages (python3-venv, a C++ compiler and Python headers for the builds,
 # OpenCV's libraries) are installed with apt-get when running as root; otherwise the script
 # stops and prints the command to run.
@@ -38,13 +40,13 @@ WITH_TESTS=0
 for arg in "$@"; do
   case "$arg" in
     --with-tests) WITH_TESTS=1 ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown argument '$arg' (expected --with-tests)" >&2; exit 2 ;;
   esac
 done
 
 LOG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/mmddp_ext_install.XXXXXX")
-TOTAL=$((9 + WITH_TESTS))
+TOTAL=$((10 + WITH_TESTS))
 N=0
 exec 3>&1  # step bodies print their decisions on fd 3; everything else goes to the step's log
 
@@ -333,6 +335,32 @@ openmmlab_step() {
   "${PIP[@]}" install --no-deps mmpose==1.3.2 mmdet==3.3.0
 }
 
+# The RTMPose recipes' CoarseDropout(max_holes=1, max_height=0.4, ..., min_width=0.2) must be
+# honoured (2.x ignores those arguments). NO_ALBUMENTATIONS_UPDATE: no version check at import.
+albumentations_ok() {
+  local want
+  want=$(sed -n 's/^albumentations==\([0-9.]*\).*/\1/p' "$ROOT/requirements/albumentations.txt")
+  NO_ALBUMENTATIONS_UPDATE=1 py "import warnings; warnings.simplefilter('ignore')
+import albumentations as A, cv2, numpy as np
+from mmpose.datasets.transforms.common_transforms import Albumentation
+assert A.__version__ == '$want', (A.__version__, '$want')
+t = Albumentation([dict(type='MedianBlur', p=0.1), dict(type='CoarseDropout', max_holes=1,
+    max_height=0.4, max_width=0.4, min_holes=1, min_height=0.2, min_width=0.2, p=1.0)])
+d = t.aug.transforms[1]
+got = (d.num_holes_range, d.hole_height_range, d.hole_width_range)
+assert got == ((1, 1), (0.2, 0.4), (0.2, 0.4)), got
+assert (t.transform(dict(img=np.full((64, 48, 3), 255, np.uint8)))['img'] == 0).any()
+print('albumentations', A.__version__, 'with cv2', cv2.__version__)"
+}
+
+albumentations_step() {
+  local msg
+  if msg=$(albumentations_ok 2>/dev/null); then say "$msg: already installed"; return; fi
+  "${PIP[@]}" install --no-deps -r "$ROOT/requirements/albumentations.txt"
+  msg=$(albumentations_ok)
+  say "$msg"
+}
+
 self_step() {
   if [ -e "$ROOT/mmddp_ext/.mim/configs" ] && [ -n "$(dist_version mmddp_ext)" ] && py "
 import os, mmddp_ext
@@ -345,8 +373,9 @@ assert os.path.samefile(os.path.dirname(mmddp_ext.__file__), '$ROOT/mmddp_ext')"
 }
 
 verify_step() {  # one import of everything: catches a broken torch/torchvision/mmcv pairing
+  NO_ALBUMENTATIONS_UPDATE=1 \
   py 'import torch, torchvision.ops, mmcv._ext, mmengine, xtcocotools.coco
-import mmpose.models, mmdet.models, mmddp_ext
+import albumentations, mmpose.models, mmdet.models, mmddp_ext
 print("torch", torch.__version__, "torchvision", torchvision.__version__, "mmcv", mmcv.__version__,
       "mmpose", mmpose.__version__, "mmdet", mmdet.__version__, "mmddp_ext", mmddp_ext.__version__)' >&3
 }
@@ -364,6 +393,7 @@ step "mmengine 0.10.7" mmengine_step
 step "mmcv 2.1.0 with compiled ops" mmcv_step
 step "xtcocotools (against the installed numpy)" xtcocotools_step
 step "mmpose 1.3.2 + mmdet 3.3.0 (--no-deps)" openmmlab_step
+step "albumentations 1.4.24 (--no-deps)" albumentations_step
 step "mmddp_ext (editable)" self_step
 step "check that the stack imports" verify_step
 [ "$WITH_TESTS" = 1 ] && step "test requirements" tests_step

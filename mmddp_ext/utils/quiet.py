@@ -118,6 +118,10 @@ def quiet_warnings() -> None:
     ``filterwarnings`` replaces an identical filter. Does nothing with ``MMDDP_QUIET=0``."""
     if not enabled():
         return
+    # albumentations 1.4 (MMPose's Albumentation transform) asks PyPI for a newer version at
+    # import: up to 2 s per process and a warning on machines without internet; the version
+    # is pinned by the install, so the answer is never acted on. A user's own setting wins.
+    os.environ.setdefault('NO_ALBUMENTATIONS_UPDATE', '1')
     for known in WARNINGS:
         warnings.filterwarnings('ignore', message=known.message, category=known.category,
                                 module=re.escape(known.module) + '$')
