@@ -6,14 +6,26 @@
 # Environment (as OpenMMLab's script):
 #   NNODES       number of nodes (default 1)
 #   NODE_RANK    this node's index (default 0)
-#   MASTER_ADDR  host of node 0 (default 127.0.0.1)
-#   PORT         rendezvous port on node 0. Single node without PORT: the store listens on
-#                127.0.0.1 only, on a port the OS picks, so two jobs on one machine never
-#                clash. Multi-node default: 29500 (must be the same on every node).
+#   MASTER_ADDR  host of node 0 (default 127.0.0.1; not used on a single node)
+#   PORT         rendezvous port on node 0. Single node: everything listens on 127.0.0.1 only
+#                (store, gloo, NCCL), on PORT or, unset, on a port the OS picks, so two jobs
+#                on one machine never clash. Multi-node default: 29500 (the same on every node).
 #   MAX_RESTARTS restarts of failed workers by torchrun (default 0); combine with --resume
 #                so restarted workers continue from the latest checkpoint.
+#   MMDDP_RENDEZVOUS_TIMEOUT    seconds a node waits for the others (default 300); node R > 0
+#                first checks that it reaches MASTER_ADDR:PORT, and says what it waits for
+#                every MMDDP_RENDEZVOUS_LOG_EVERY seconds (default 30)
+#   MMDDP_LAUNCH_REPORT  where the JSON list of failed workers goes (default: a temporary
+#                file, passed to the diagnosis and removed at exit)
+#   GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME  single node: the loopback interface unless set
 #   PYTHON       interpreter (default: the one tools/py picks)
 # GPUS is processes per node: one per GPU; on a CPU-only host any number (gloo backend).
+#
+# torchrun runs inside mmddp_ext/dist/run_front.py, which checks before it starts (a port in
+# use is named with the process holding it; an unreachable node 0 is named after the bound)
+# and replaces torchrun's dump of a failed worker by one line plus the diagnosis.
+# Exit codes: 0 done; 1 a worker failed (diagnosis printed); 2 nothing started (one line says
+# why: bad arguments, port in use, node 0 unreachable, the other nodes did not join).
 set -uo pipefail
 
 if [ $# -lt 2 ]; then
@@ -46,20 +58,22 @@ if [[ "$CONFIG" != *::* ]] && [ ! -f "$CONFIG" ]; then
   exit 2
 fi
 
-if [ "$NNODES" = 1 ] && [ -z "${PORT:-}" ]; then
-  # torchrun, with its store on 127.0.0.1 and a port the OS picks (loopback only, no clash)
-  LAUNCH=("$HERE/../mmddp_ext/dist/loopback_run.py")
-else
-  LAUNCH=(-m torch.distributed.run --nnodes="$NNODES" --node_rank="$NODE_RANK"
-          --master_addr="$MASTER_ADDR" --master_port="${PORT:-29500}")
-fi
+# The front (mmddp_ext/dist/run_front.py) checks the rendezvous, then runs torchrun in-process.
+# It writes the failed workers as JSON to MMDDP_LAUNCH_REPORT, which the diagnosis reads.
+REPORT_DIR=$(mktemp -d "${TMPDIR:-/tmp}/mmddp_launch.XXXXXX") || exit 1
+trap 'rm -rf "$REPORT_DIR"' EXIT
+export MMDDP_LAUNCH_REPORT=${MMDDP_LAUNCH_REPORT:-$REPORT_DIR/launch_report.json}
+rm -f "$MMDDP_LAUNCH_REPORT"  # a report left from an earlier run says nothing about this one
 
 PYTHONPATH="$HERE/..${PYTHONPATH:+:$PYTHONPATH}" \
-"$PYTHON" "${LAUNCH[@]}" --nproc_per_node="$GPUS" \
+"$PYTHON" "$HERE/../mmddp_ext/dist/run_front.py" --nnodes="$NNODES" --node-rank="$NODE_RANK" \
+  --master-addr="$MASTER_ADDR" ${PORT:+--master-port="$PORT"} --nproc_per_node="$GPUS" \
   --max-restarts="$MAX_RESTARTS" "$HERE/dist_train.py" "$CONFIG" "$@"
 rc=$?
-if [ "$rc" != 0 ]; then
+if [ "$rc" != 0 ] && [ "$rc" != 2 ]; then  # 2: nothing started, the front's one line says why
+  REPORT_ARGS=()
+  [ -s "$MMDDP_LAUNCH_REPORT" ] && REPORT_ARGS=(--launch-report "$MMDDP_LAUNCH_REPORT")
   PYTHONPATH="$HERE/..${PYTHONPATH:+:$PYTHONPATH}" \
-    "$PYTHON" -m mmddp_ext.diagnose --train-args "$CONFIG" "$@" || true
+    "$PYTHON" -m mmddp_ext.diagnose ${REPORT_ARGS[@]+"${REPORT_ARGS[@]}"} --train-args "$CONFIG" "$@" || true
 fi
 exit "$rc"

@@ -7,33 +7,41 @@ the Runner is built (``Runner.setup_env`` then skips its own ``init_dist``):
 * the CUDA device is pinned to LOCAL_RANK first, so no CUDA context lands on GPU 0 by accident;
 * under torchrun the agent's store is used (``env://``);
 * started by hand (or by Slurm) we open the TCP store ourselves with a bounded rendezvous
-  timeout: a port already in use, an unreachable master, or fewer processes than WORLD_SIZE
-  each end with one line that names MASTER_ADDR/MASTER_PORT/WORLD_SIZE and the fix.
+  timeout (``MMDDP_RENDEZVOUS_TIMEOUT``): a port already in use (named with the process
+  holding it), an unreachable master, or fewer processes than WORLD_SIZE each end with one
+  line that names MASTER_ADDR/MASTER_PORT/WORLD_SIZE and the fix; until then the waiting ranks
+  say what they wait for every ``MMDDP_RENDEZVOUS_LOG_EVERY`` seconds (30);
+* with a loopback MASTER_ADDR (all ranks on this host) the store listens on that address only
+  and GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME name the loopback interface unless set, so no
+  socket of the job is reachable from the network. ``launch()`` does the same for one node.
 """
-import errno
 import os
-import socket
 import time
 from datetime import timedelta
 from typing import Optional, Sequence, Tuple, Union
 
 from .env import DistEnv, DistEnvError, choose_backend
+from .run_front import (DEFAULT_LOG_EVERY, DEFAULT_TIMEOUT, IFNAME_VARS, LOG_EVERY_ENV,
+                        TIMEOUT_ENV, find_free_port, is_loopback,
+                        listen_on, loopback_store, pin_loopback_interfaces, port_free,
+                        port_in_use_message, seconds_from_env, unreachable_causes,
+                        wait_for_listener)
+from .run_front import log as _log
 
-RENDEZVOUS_TIMEOUT_ENV = 'MMDDP_RENDEZVOUS_TIMEOUT'
-DEFAULT_RENDEZVOUS_TIMEOUT = 300.0
+RENDEZVOUS_TIMEOUT_ENV = TIMEOUT_ENV
+DEFAULT_RENDEZVOUS_TIMEOUT = DEFAULT_TIMEOUT
 
 
 def rendezvous_timeout() -> float:
     """Seconds to wait for all ranks to meet (env ``MMDDP_RENDEZVOUS_TIMEOUT``, default 300)."""
-    raw = os.environ.get(RENDEZVOUS_TIMEOUT_ENV, str(DEFAULT_RENDEZVOUS_TIMEOUT))
+    return _seconds(RENDEZVOUS_TIMEOUT_ENV, DEFAULT_RENDEZVOUS_TIMEOUT)
+
+
+def _seconds(name: str, default: float) -> float:
     try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if value <= 0:
-        raise DistEnvError(f'{RENDEZVOUS_TIMEOUT_ENV}={raw!r} must be a positive number of '
-                           'seconds, e.g. 300')
-    return value
+        return seconds_from_env(os.environ, name, default)
+    except ValueError as e:
+        raise DistEnvError(str(e)) from None
 
 
 def pin_device(local_rank: int) -> Optional[int]:
@@ -46,58 +54,74 @@ def pin_device(local_rank: int) -> Optional[int]:
 
 
 def check_port_free(port: int) -> None:
-    """Raise DistEnvError when ``port`` is already bound on this host (rank 0 only)."""
-    for family, addr in ((socket.AF_INET, '0.0.0.0'), (socket.AF_INET6, '::')):
+    """Raise DistEnvError when ``port`` is already bound on this host (rank 0 only); the message
+    names the process holding it where this user can see it."""
+    if not port_free(port):
+        raise DistEnvError(port_in_use_message('MASTER_PORT', port,
+                                               'choose a free port for every process'))
+
+
+def _open_store(env: DistEnv, timeout: float):
+    """Rank 0: host the TCP store (on 127.0.0.1 only when MASTER_ADDR is a loopback address).
+    Other ranks: wait for it (saying so every MMDDP_RENDEZVOUS_LOG_EVERY seconds), then join."""
+    import torch.distributed as dist
+    where = f'MASTER_ADDR={env.master_addr} MASTER_PORT={env.master_port}'
+    kwargs = dict(timeout=timedelta(seconds=timeout), wait_for_workers=False)
+    if env.rank == 0 and is_loopback(env.master_addr):
+        host = '127.0.0.1' if env.master_addr == 'localhost' else env.master_addr
         try:
-            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock = listen_on(host, env.master_port)
         except OSError:
-            continue
-        try:
-            sock.bind((addr, port))
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                raise DistEnvError(
-                    f'MASTER_PORT={port} is already in use on this host (another job?): '
-                    'choose a free port for every process, e.g. MASTER_PORT='
-                    f'{find_free_port()}') from None
-        finally:
-            sock.close()
-
-
-def find_free_port(host: str = '127.0.0.1') -> int:
-    """A TCP port that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+            check_port_free(env.master_port)  # names the holder
+            raise
+        return dist.TCPStore(host, env.master_port, env.world_size, True,
+                             master_listen_fd=sock.detach(), **kwargs)
+    if env.rank == 0:
+        check_port_free(env.master_port)
+        return dist.TCPStore(env.master_addr, env.master_port, env.world_size, True, **kwargs)
+    error = wait_for_listener(env.master_addr, env.master_port, timeout,
+                              _seconds(LOG_EVERY_ENV, DEFAULT_LOG_EVERY), lambda s: (
+                                  f'rank {env.rank} waiting for rank 0 at {env.master_addr}:'
+                                  f'{env.master_port} ({s:.0f} s)'))
+    if error is not None:
+        raise DistEnvError(
+            f'rank {env.rank} could not reach the rank-0 store at {where} within {timeout:.0f} '
+            f's ({error}; {RENDEZVOUS_TIMEOUT_ENV} sets the wait): '
+            f'{unreachable_causes("rank 0", "MASTER_PORT")}')
+    return dist.TCPStore(env.master_addr, env.master_port, env.world_size, False, **kwargs)
 
 
 def _rendezvous(env: DistEnv, timeout: float):
     """Open the TCP store (rank 0 hosts it) and wait until all ranks have joined."""
-    import torch.distributed as dist
     where = f'MASTER_ADDR={env.master_addr} MASTER_PORT={env.master_port}'
-    if env.rank == 0:
-        check_port_free(env.master_port)
     try:
-        store = dist.TCPStore(env.master_addr, env.master_port, env.world_size,
-                              is_master=env.rank == 0, timeout=timedelta(seconds=timeout),
-                              wait_for_workers=False)
+        store = _open_store(env, timeout)
+    except DistEnvError:
+        raise
     except Exception as e:  # DistNetworkError / RuntimeError, depending on torch
         if env.rank == 0:
             raise DistEnvError(f'rank 0 could not open the rendezvous store at {where}: '
                                f'{str(e).splitlines()[0]}') from e
         raise DistEnvError(
-            f'rank {env.rank} could not reach the rank-0 store at {where} within {timeout:.0f} '
-            's: check that rank 0 is running, that MASTER_ADDR is its host and that the port '
-            f'is open ({RENDEZVOUS_TIMEOUT_ENV} sets the wait)') from e
-    deadline = time.monotonic() + timeout
+            f'rank {env.rank} reached the rank-0 store at {where} but could not join it within '
+            f'{timeout:.0f} s ({RENDEZVOUS_TIMEOUT_ENV} sets the wait): '
+            f'{str(e).splitlines()[0]}') from e
+    log_every = _seconds(LOG_EVERY_ENV, DEFAULT_LOG_EVERY)
+    start = time.monotonic()
+    next_log = start + log_every
     try:
         joined = store.add('mmddp_ext/joined', 1)
         while joined < env.world_size:
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now - start > timeout:
                 raise DistEnvError(
                     f'only {joined} of WORLD_SIZE={env.world_size} processes joined at {where} '
                     f'within {timeout:.0f} s: start the missing ranks, or set WORLD_SIZE to the '
                     'number of processes you start')
+            if now >= next_log:
+                _log(f'rank {env.rank} waiting at {env.master_addr}:{env.master_port}: {joined} '
+                     f'of WORLD_SIZE={env.world_size} processes joined ({now - start:.0f} s)')
+                next_log += log_every
             time.sleep(0.05)
             joined = store.add('mmddp_ext/joined', 0)
     except DistEnvError:
@@ -138,6 +162,10 @@ def init_distributed(env: DistEnv, backend: Optional[str] = None,
     import torch.distributed as dist
     os.environ.update(env.as_environ())  # MMEngine and samplers read these
     pin_device(env.local_rank)
+    if is_loopback(env.master_addr or ''):  # all ranks on this host: gloo/NCCL on loopback too
+        note = pin_loopback_interfaces(os.environ)
+        if note and env.rank == 0:
+            _log(note)
     backend, warning = choose_backend(backend, torch.cuda.is_available())
     kwargs = dict(backend=backend, rank=env.rank, world_size=env.world_size)
     if timeout is not None:
@@ -204,6 +232,19 @@ def launch(config: Union[str, 'object'], nproc_per_node: int = 1, nnodes: int = 
     if nnodes > 1 and master_port is None:
         raise ValueError(f'nnodes={nnodes} needs an explicit master_port shared by all nodes')
     config_path = _config_path(config)
+    store, saved = None, {var: os.environ.get(var) for var in IFNAME_VARS}
+    if nnodes == 1 and is_loopback(master_addr):  # listen on loopback only (see run_front)
+        master_addr = '127.0.0.1' if master_addr == 'localhost' else master_addr
+        try:
+            store, master_port = loopback_store(master_addr, master_port or 0,
+                                                rendezvous_timeout())
+        except OSError:
+            if master_port:
+                check_port_free(master_port)  # names the process holding it
+            raise
+        note = pin_loopback_interfaces(os.environ)  # inherited by the workers
+        if note:
+            _log(note)
     port = master_port or find_free_port(master_addr)
     lc = LaunchConfig(min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=nproc_per_node,
                       run_id=run_id or uuid.uuid4().hex[:8], rdzv_backend='static',
@@ -212,7 +253,15 @@ def launch(config: Union[str, 'object'], nproc_per_node: int = 1, nnodes: int = 
                       max_restarts=max_restarts, start_method=start_method,
                       monitor_interval=0.5)
     from ..train import main
-    return elastic_launch(lc, main)([config_path, *args])
+    try:
+        return elastic_launch(lc, main)([config_path, *args])
+    finally:
+        del store
+        for var, value in saved.items():  # the caller's environment as it was
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
 
 
 def _config_path(config) -> str:

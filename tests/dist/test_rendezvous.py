@@ -1,0 +1,362 @@
+"""Rendezvous failures say what is wrong, in bounded time; single-host jobs listen on loopback;
+a failed worker ends with one line and a JSON launcher report. Real processes on CPU (gloo).
+
+Waits are set short through MMDDP_RENDEZVOUS_TIMEOUT / MMDDP_RENDEZVOUS_LOG_EVERY; the
+``timeout`` of each command only stops a test that would otherwise hang."""
+import json
+import os
+import os.path as osp
+import re
+import shutil
+import socket
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from conftest import DEMO_CONFIG, PYTHON, demo_options, finish, popen, run
+from mmddp_ext.dist import run_front
+from mmddp_ext.dist.launch import find_free_port
+
+HANG_GUARD = 600
+TIMEOUT, LOG_EVERY = 8, 2  # the rendezvous bound and the log interval the tests set
+SHORT = dict(MMDDP_RENDEZVOUS_TIMEOUT=str(TIMEOUT), MMDDP_RENDEZVOUS_LOG_EVERY=str(LOG_EVERY))
+SCRIPT = ['bash', 'tools/dist_train.sh']
+TRAIN = [PYTHON, 'tools/dist_train.py']
+
+
+def _lines(out: str, prefix: str):
+    return [ln for ln in out.splitlines() if ln.startswith(prefix)]
+
+
+def _held_port():
+    """A socket listening on a loopback port (the port "in use" by this test's process)."""
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', 0))
+    sock.listen()
+    return sock, sock.getsockname()[1]
+
+
+# ---------------------------------------------------------------- the pure helpers, in-process
+
+def test_port_holder_names_the_listening_process():
+    sock, port = _held_port()
+    with sock:
+        holder = run_front.port_holder(port)
+        line = run_front.port_in_use_message('PORT', port, 'choose another')
+    assert holder.startswith(f'127.0.0.1:{port} by pid {os.getpid()} (')
+    assert f'PORT={port} is already in use on this host ({socket.gethostname()}) at {holder}' \
+        in line
+    assert int(line.rsplit('e.g. PORT=', 1)[1]) != port
+
+
+def test_loopback_interfaces_are_pinned_only_where_unset():
+    name = run_front.loopback_ifname()
+    if name is None:
+        pytest.skip('no interface holds a 127.x address on this host')
+    assert any(a.address == '127.0.0.1' for a in psutil.net_if_addrs()[name])
+    environ = {}
+    note = run_front.pin_loopback_interfaces(environ)
+    assert environ == dict(GLOO_SOCKET_IFNAME=name, NCCL_SOCKET_IFNAME=name)
+    assert f'GLOO_SOCKET_IFNAME={name} NCCL_SOCKET_IFNAME={name}' in note
+    chosen = dict(GLOO_SOCKET_IFNAME='eth7')  # the user's choice is kept
+    run_front.pin_loopback_interfaces(chosen)
+    assert chosen == dict(GLOO_SOCKET_IFNAME='eth7', NCCL_SOCKET_IFNAME=name)
+    both = dict(GLOO_SOCKET_IFNAME='a', NCCL_SOCKET_IFNAME='b')
+    assert run_front.pin_loopback_interfaces(both) is None and both['NCCL_SOCKET_IFNAME'] == 'b'
+
+
+def test_failure_records_first_seen_first():
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+    # the agent inserts the failure it saw first; the rank it stopped itself comes after it,
+    # within the same second
+    failures = {1: ProcessFailure(1, 4001, -9, '/nonexistent/error.json'),
+                0: ProcessFailure(0, 4000, -15, '/nonexistent/error.json')}
+    failures[0].timestamp = failures[1].timestamp
+    records = run_front.failure_records(failures)
+    assert [r['rank'] for r in records] == [1, 0]
+    assert records[0] == dict(rank=1, local_rank=1, pid=4001, exitcode=-9, signal='SIGKILL',
+                              host=socket.gethostname(), time=failures[1].timestamp,
+                              error_file=None)
+    assert run_front.failure_line(records, 'diagnosis below') == (
+        'torchrun: rank 1 (pid 4001) exited with signal SIGKILL (first of 2 failed ranks); '
+        'diagnosis below')
+    exited = run_front.failure_records({3: ProcessFailure(1, 7, 1, '/nonexistent')})
+    assert exited[0]['signal'] is None
+    assert 'exited with exit code 1;' in run_front.failure_line(exited, 'x')
+
+
+@pytest.mark.parametrize('name, value', [('MMDDP_RENDEZVOUS_TIMEOUT', 'abc'),
+                                         ('MMDDP_RENDEZVOUS_TIMEOUT', '0'),
+                                         ('MMDDP_RENDEZVOUS_LOG_EVERY', '-1')])
+def test_bad_wait_settings_are_named(name, value):
+    proc = run(SCRIPT + [DEMO_CONFIG, '2'], env={name: value}, timeout=HANG_GUARD)
+    assert proc.returncode == 2
+    assert f"{name}={value!r} must be a positive number of seconds" in proc.stdout
+
+
+# ---------------------------------------------------------------- port in use (dist_train.sh)
+
+@pytest.mark.parametrize('nodes, fix', [
+    (dict(), 'leave PORT unset on a single node (a free port is picked) or choose another'),
+    (dict(NNODES='2', NODE_RANK='0'), 'stop that process or choose another PORT on every node'),
+], ids=['single node', 'node 0 of 2'])
+def test_port_in_use_is_named_before_torchrun_starts(tmp_path, nodes, fix):
+    sock, port = _held_port()
+    with sock:
+        proc = run(SCRIPT + [DEMO_CONFIG, '2', '--work-dir', str(tmp_path)],
+                   env=dict(PORT=str(port), **nodes), timeout=HANG_GUARD)
+    [line] = _lines(proc.stdout, '[mmddp_ext] error:')
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert f'PORT={port} is already in use on this host' in line
+    assert f'127.0.0.1:{port} by pid {os.getpid()} ({psutil.Process().name()}: ' in line
+    assert fix in line and int(line.rsplit('e.g. PORT=', 1)[1]) != port
+    # nothing was started: no torchrun output, no worker, no diagnosis of a run that never was
+    assert 'Traceback' not in proc.stdout and 'diagnosis' not in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == line
+
+
+def test_hand_set_rank_0_names_the_port_holder(tmp_path):
+    sock, port = _held_port()
+    with sock:
+        [(rc, out)] = finish([popen(TRAIN + [DEMO_CONFIG, '--work-dir', str(tmp_path)], env=dict(
+            RANK='0', WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), **SHORT))],
+            timeout=HANG_GUARD)
+    [line] = _lines(out, '[mmddp_ext] error:')
+    assert rc == 1 and f'MASTER_PORT={port} is already in use' in line
+    assert f'by pid {os.getpid()} (' in line and 'choose a free port for every process' in line
+
+
+# ---------------------------------------------------------------- an unreachable master
+
+def _waited(out: str, pattern: str):
+    """The seconds of each waiting line matching ``pattern`` (with one ``(\\d+)`` group)."""
+    return [int(m[1]) for m in re.finditer(pattern, out)]
+
+
+def test_unreachable_master_is_named_within_the_bound(tmp_path):
+    port = find_free_port()  # nothing listens there, on 127.0.0.2 either
+    start = time.monotonic()
+    proc = run(SCRIPT + [DEMO_CONFIG, '2', '--work-dir', str(tmp_path)], timeout=HANG_GUARD,
+               env=dict(NNODES='2', NODE_RANK='1', MASTER_ADDR='127.0.0.2', PORT=str(port),
+                        **SHORT))
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    seconds = _waited(proc.stdout, rf'\[mmddp_ext\] node 1 waiting for node 0 at '
+                                   rf'127\.0\.0\.2:{port} \((\d+) s\)')
+    assert seconds == sorted(seconds) and len(seconds) >= TIMEOUT // LOG_EVERY - 1, proc.stdout
+    [line] = _lines(proc.stdout, '[mmddp_ext] error:')
+    assert f'node 1 could not reach node 0 at MASTER_ADDR=127.0.0.2 PORT={port} within ' \
+           f'{TIMEOUT} s' in line
+    for cause in ('wrong MASTER_ADDR', 'node 0 not started', 'different PORT', 'firewall'):
+        assert cause in line
+    assert elapsed >= TIMEOUT  # it did wait the configured bound (and not torch's 900 s)
+    assert 'Traceback' not in proc.stdout and proc.stdout.strip().splitlines()[-1] == line
+
+
+def test_node_0_alone_says_the_other_nodes_did_not_join(tmp_path):
+    port = find_free_port()
+    proc = run(SCRIPT + [DEMO_CONFIG, '1', '--work-dir', str(tmp_path)], timeout=HANG_GUARD,
+               env=dict(NNODES='2', NODE_RANK='0', PORT=str(port), **SHORT))
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert _waited(proc.stdout, r'node 0 waiting for the other nodes \(NNODES=2\) at '
+                                rf'127\.0\.0\.1:{port} \((\d+) s\)'), proc.stdout
+    [line] = _lines(proc.stdout, '[mmddp_ext] error:')
+    assert f'node 0 did not complete the rendezvous at 127.0.0.1:{port} within {TIMEOUT} s' \
+        in line and f'PORT={port}' in line and '1/2 clients joined' in line  # torchrun's words
+    assert 'Traceback' not in proc.stdout
+
+
+@pytest.mark.parametrize('rank, pattern, error', [
+    (1, r'rank 1 waiting for rank 0 at 127\.0\.0\.1:{port} \((\d+) s\)',
+     'rank 1 could not reach the rank-0 store at MASTER_ADDR=127.0.0.1 MASTER_PORT={port} within'
+     ' {timeout} s'),
+    (0, r'rank 0 waiting at 127\.0\.0\.1:{port}: 1 of WORLD_SIZE=2 processes joined \((\d+) s\)',
+     'only 1 of WORLD_SIZE=2 processes joined at MASTER_ADDR=127.0.0.1 MASTER_PORT={port} within'
+     ' {timeout} s'),
+], ids=['rank 1 without rank 0', 'rank 0 without rank 1'])
+def test_hand_set_ranks_say_what_they_wait_for(tmp_path, rank, pattern, error):
+    port = find_free_port()
+    [(rc, out)] = finish([popen(TRAIN + [DEMO_CONFIG, '--work-dir', str(tmp_path)], env=dict(
+        RANK=str(rank), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
+        **SHORT))], timeout=HANG_GUARD)
+    assert rc == 1, out[-3000:]
+    assert _waited(out, pattern.format(port=port)), out[-3000:]
+    [line] = _lines(out, '[mmddp_ext] error:')
+    assert error.format(port=port, timeout=TIMEOUT) in line
+
+
+# ---------------------------------------------------------------- loopback means loopback
+
+def _non_loopback_address():
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family == socket.AF_INET and not a.address.startswith(('127.', '169.254.')):
+                return a.address
+    return None
+
+
+@pytest.fixture(scope='module')
+def other_hostname(tmp_path_factory):
+    """A command prefix under which this machine's host name resolves to one of its
+    non-loopback addresses, as in a container (where gloo would listen by default).
+
+    New user, mount and UTS namespaces (``unshare -Urmu``, no privileges needed where user
+    namespaces are allowed): a private /etc/hosts bind-mounted over the real one, a new host
+    name. glibc's HOSTALIASES does not help: /etc/hosts is read before it is consulted.
+    """
+    address = _non_loopback_address()
+    if address is None:
+        pytest.skip('this machine has no non-loopback IPv4 address to resolve a host name to')
+    if shutil.which('unshare') is None:
+        pytest.skip('unshare (util-linux) is not installed')
+    hosts = tmp_path_factory.mktemp('hosts') / 'hosts'
+    name = 'mmddp-test-host'
+    hosts.write_text(f'127.0.0.1 localhost\n{address} {name}\n')
+    prefix = ['unshare', '-Urmu', 'sh', '-c',
+              'mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@"',
+              str(hosts), name]
+    probe = subprocess.run(prefix + [PYTHON, '-c', 'import socket; print(socket.gethostbyname('
+                                                   'socket.gethostname()))'],
+                           capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0 or probe.stdout.strip() != address:
+        pytest.skip('cannot give this process tree a host name that resolves to a non-loopback '
+                    f'address (unshare -Urmu: {(probe.stderr or probe.stdout).strip()[:200]})')
+    return prefix
+
+
+def _listening_while_running(procs, limit=HANG_GUARD):
+    """``{(pid, ip)}`` of every listening socket of the process trees, sampled until they end."""
+    seen, deadline = set(), time.monotonic() + limit
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        for p in procs:
+            try:
+                tree = [psutil.Process(p.pid)] + psutil.Process(p.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                continue
+            for q in tree:
+                try:
+                    seen |= {(q.pid, c.laddr.ip) for c in q.net_connections('inet')
+                             if c.status == psutil.CONN_LISTEN}
+                except psutil.Error:
+                    pass
+        time.sleep(0.3)
+    return seen
+
+
+def _assert_loopback_only(seen, outs):
+    for rc, out in outs:
+        assert rc == 0, out[-3000:]
+    # the store's process and the workers (gloo listens in each): more than one process
+    assert len({pid for pid, _ in seen}) >= 2, f'too few processes seen listening: {seen}'
+    assert {ip for _, ip in seen} <= {'127.0.0.1'}, f'listening beyond loopback: {seen}'
+
+
+@pytest.mark.slow
+def test_dist_train_sh_listens_on_loopback_only(other_hostname, demo_data, tmp_path):
+    procs = [popen(other_hostname + SCRIPT + [DEMO_CONFIG, '2', '--work-dir', str(tmp_path),
+                                              *demo_options(demo_data, 1)])]
+    seen = _listening_while_running(procs)
+    outs = finish(procs)
+    _assert_loopback_only(seen, outs)
+    name = run_front.loopback_ifname()
+    assert outs[0][1].count(f'single-host job: GLOO_SOCKET_IFNAME={name} NCCL_SOCKET_IFNAME='
+                            f'{name}') == 1  # logged once, by the front
+
+
+@pytest.mark.slow
+def test_hand_set_ranks_listen_on_loopback_only(other_hostname, demo_data, tmp_path):
+    port = str(find_free_port())
+    procs = [popen(other_hostname + TRAIN + [DEMO_CONFIG, '--work-dir', str(tmp_path),
+                                             *demo_options(demo_data, 1)],
+                   env=dict(RANK=str(r), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',
+                            MASTER_PORT=port)) for r in range(2)]
+    seen = _listening_while_running(procs)
+    outs = finish(procs)
+    _assert_loopback_only(seen, outs)
+    assert outs[0][1].count('single-host job: GLOO_SOCKET_IFNAME=') == 1  # rank 0 only
+    assert 'single-host job' not in outs[1][1]
+
+
+@pytest.mark.slow
+def test_launch_api_listens_on_loopback_only(other_hostname, demo_data, tmp_path):
+    code = ('import os, sys, mmddp_ext; r = mmddp_ext.launch(sys.argv[1], nproc_per_node=2, '
+            'args=sys.argv[2:]); print("RESULT", r, "GLOO_SOCKET_IFNAME" in os.environ)')
+    procs = [popen(other_hostname + [PYTHON, '-c', code, DEMO_CONFIG, '--work-dir',
+                                     str(tmp_path), *demo_options(demo_data, 1)])]
+    seen = _listening_while_running(procs)
+    outs = finish(procs)
+    _assert_loopback_only(seen, outs)
+    # every worker returned 0, and the caller's environment is as it was
+    assert re.search(r'RESULT \{[01]: 0, [01]: 0\} False', outs[0][1]), outs[0][1][-3000:]
+
+
+# ---------------------------------------------------------------- one screen for a failure
+
+def _kill_config(tmp_path) -> str:
+    path = osp.join(str(tmp_path), 'demo_kill.py')
+    with open(path, 'w') as f:
+        f.write(f"_base_ = [{DEMO_CONFIG!r}]\ncustom_imports = dict(imports=['mmddp_ext', "
+                "'tests.helpers.kill_rank'], allow_failed_imports=False)\n")
+    return path
+
+
+@pytest.mark.slow
+def test_killed_rank_gives_one_line_and_a_launcher_report(demo_data, tmp_path):
+    report = str(tmp_path / 'launch.json')
+    start = time.time()
+    proc = run(SCRIPT + [_kill_config(tmp_path), '2', '--work-dir', str(tmp_path / 'w'),
+                         *demo_options(demo_data, 1)], timeout=HANG_GUARD,
+               env=dict(MMDDP_TEST_KILL_RANK='1', MMDDP_LAUNCH_REPORT=report))
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    records = json.load(open(report))
+    first = records[0]
+    assert {r['rank'] for r in records} <= {0, 1}
+    assert all(set(r) == {'rank', 'local_rank', 'pid', 'exitcode', 'signal', 'host', 'time',
+                          'error_file'} for r in records)
+    assert (first['rank'], first['local_rank'], first['exitcode'], first['signal']) == \
+        (1, 1, -9, 'SIGKILL')
+    assert first['host'] == socket.gethostname() and first['error_file'] is None
+    assert int(start) <= first['time'] <= time.time()
+    tail = proc.stdout.strip().splitlines()[-25:]
+    assert (f'[mmddp_ext] torchrun: rank 1 (pid {first["pid"]}) exited with signal SIGKILL'
+            in '\n'.join(tail)), '\n'.join(tail)
+    assert 'Root Cause' not in proc.stdout and 'ChildFailedError' not in proc.stdout
+    assert not any(ln.startswith('Traceback') for ln in tail)
+
+
+@pytest.mark.slow
+def test_raising_rank_report_points_at_its_error_file(demo_data, tmp_path):
+    report, tmp = str(tmp_path / 'launch.json'), tmp_path / 'tmp'
+    tmp.mkdir()
+    proc = run(SCRIPT + [DEMO_CONFIG, '2', '--work-dir', str(tmp_path / 'w'),
+                         *demo_options(demo_data, 1, **{
+                             'train_dataloader.dataset.ann_file': 'annotations/nope.json'})],
+               env=dict(MMDDP_LAUNCH_REPORT=report, TMPDIR=str(tmp)), timeout=HANG_GUARD)
+    assert proc.returncode == 1
+    records = json.load(open(report))
+    first = records[0]  # the other rank raised too, or was stopped by torchrun (SIGTERM)
+    assert first['exitcode'] == 1 and first['signal'] is None, records
+    with open(first['error_file']) as f:  # written by the worker's @record
+        assert 'nope.json' in f.read()
+    assert f'torchrun: rank {first["rank"]} (pid {first["pid"]}) exited with exit code 1' \
+        in proc.stdout
+    assert not list(tmp.glob('mmddp_launch.*'))  # dist_train.sh removed its temporary folder
+
+
+def test_front_does_not_import_the_package(tmp_path):
+    """The agent process runs torchrun only: no mmddp_ext, no MMEngine (``-X importtime``);
+    a single node with a chosen port uses that port, on loopback."""
+    script = tmp_path / 'noop.py'
+    script.write_text('import os; print("worker ran at", os.environ["MASTER_ADDR"], '
+                      'os.environ["MASTER_PORT"], os.environ["GLOO_SOCKET_IFNAME"])\n')
+    port = find_free_port()
+    proc = run([PYTHON, '-X', 'importtime', 'mmddp_ext/dist/run_front.py',
+                f'--master-port={port}', '--nproc_per_node=1', str(script)], timeout=HANG_GUARD)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert f'worker ran at 127.0.0.1 {port} {run_front.loopback_ifname()}' in proc.stdout
+    imported = [ln.rsplit('|', 1)[-1].strip() for ln in proc.stdout.splitlines()
+                if ln.startswith('import time:')]
+    assert 'torch.distributed.run' in imported
+    assert not [m for m in imported if m.split('.')[0] in ('mmddp_ext', 'mmengine')]
