@@ -1,15 +1,29 @@
 """``dist_train.py CONFIG --explain``: the launch topology and the scaling plan, no training.
 
-Touches neither data nor GPU; prints a readable summary, or with ``--json`` one JSON object
+Without ``--memory`` it touches neither data nor GPU; prints a readable summary, or with ``--json`` one JSON object
 with at least the keys of :data:`JSON_KEYS`.
+
+With ``--memory`` (:func:`forecast_memory`) it also runs a few real training steps of one
+process on this machine's device (the batch finder's trial, :class:`mmddp_ext.runner.probe.
+Trials`), fits ``peak ≈ fixed + per_sample × batch`` (:mod:`mmddp_ext.memory.forecast`) and
+adds, per rank, what DDP and the process bring; ``--json`` puts it under ``memory``.
 """
 import copy
 import json
-from typing import Any, Dict
+import os
+from typing import Any, Dict, List, Optional, Tuple
 
 from .dist.env import DistEnv
+from .dist.wrapper import ddp_wrapper_cfg
+from .memory.budget import Budget
+from .memory.forecast import (Cause, Forecast, ForecastError, build_forecast, fit_line,
+                              parse_size, render_forecast, trial_batches)
+from .memory.nvml import NvmlProcessTableReader, physical_device_index
+from .memory.stats import MIB
 from .runner.ddp_runner import plans
+from .runner.probe import measure_steps, reserve_bytes
 from .scaling.apply import apply_plan, plan_for_config
+from .scaling.config import parse_scaling
 from .scaling.plan import ScalingPlan
 
 JSON_KEYS = ('world_size', 'per_device_batch_size', 'accumulative_counts', 'global_batch_size',
@@ -51,7 +65,10 @@ def explain(cfg: Any, world_size: int, env: DistEnv) -> Dict[str, Any]:
 def render(info: Dict[str, Any], as_json: bool) -> str:
     """JSON (one object) or a readable summary."""
     if as_json:
-        return json.dumps(info, default=str)
+        out = {k: v for k, v in info.items() if k != 'memory_forecast'}
+        if info.get('memory_forecast') is not None:
+            out['memory'] = info['memory_forecast'].to_dict()
+        return json.dumps(out, default=str)
     launch = info['launch']
     lines = [f'launch: {info["world_size"]} process(es), launcher {launch["launcher"]}'
              + (f', master {launch["master"]}' if launch['master'] else ''),
@@ -62,4 +79,98 @@ def render(info: Dict[str, Any], as_json: bool) -> str:
              f'{info["max_iters"]}; iteration quantities × {info["iter_scale"]:g}']
     lines += [f'changed: {c}' for c in info['changes']]
     lines += [f'warning: {w}' for w in info['warnings']]
+    if info.get('memory_forecast') is not None:
+        lines += render_forecast(info['memory_forecast'])
     return '\n'.join(lines)
+
+
+def _device_memory(text: Optional[str], device: Any, ranks_per_node: int) -> Tuple[float, str]:
+    """MiB per device to plan for, and where the number comes from."""
+    if text is not None:
+        return parse_size(text), f'--device-memory {text}'
+    if device.type == 'cuda':
+        import torch
+        total = torch.cuda.mem_get_info(device)[1] / MIB
+        return total, f'total memory of {device} ({torch.cuda.get_device_name(device)})'
+    import psutil
+    total = psutil.virtual_memory().total / MIB
+    return total / ranks_per_node, (f'CPU: {total:.0f} MiB of RAM shared by {ranks_per_node} '
+                                    f'rank(s) on this node')
+
+
+def _stray(device: Any, ranks_per_node: int) -> Cause:
+    """Device memory held now by other processes on the GPU of each local rank."""
+    if device.type != 'cuda':
+        return Cause('stray_contexts', 0.0, False, 'no GPU: no CUDA contexts to stray')
+    if not NvmlProcessTableReader.available():
+        return Cause('stray_contexts', 0.0, True, 'not measured: NVML is not available')
+    import torch
+    visible = os.environ.get('CUDA_VISIBLE_DEVICES')
+    count = min(ranks_per_node, torch.cuda.device_count())
+    per_rank, seen_self = [], False
+    torch.cuda.empty_cache()
+    with NvmlProcessTableReader() as reader:
+        for local in range(count):
+            table = reader.read(physical_device_index(local, visible))
+            seen_self |= any(p.pid == os.getpid() for p in table.processes)
+            per_rank.append(sum(p.used_bytes or 0 for p in table.processes
+                                if p.pid != os.getpid()) / MIB)
+    per_rank += [0.0] * (ranks_per_node - count)
+    how = 'NVML now: memory of other processes on each local rank\'s GPU'
+    if not seen_self:  # NVML shows the host's pids (a container): ours is not recognised
+        how += ('; this process was not found in NVML\'s tables (pid namespace), so its own '
+                'context may be counted as stray')
+    return Cause('stray_contexts', max(per_rank), not seen_self, how,
+                 per_rank=tuple(per_rank))
+
+
+def _ddp_causes(cfg: Any, cuda: bool, grad_mib: float) -> List[Cause]:
+    """What the DDP wrapper the run would build adds per rank."""
+    policy = parse_scaling(cfg.get('scaling')).oom_policy
+    wrapper = ddp_wrapper_cfg(cfg, cuda, 0, policy)
+    kind = wrapper.get('type', 'MMDistributedDataParallel')
+    bucket_mib = min(float(wrapper.get('bucket_cap_mb', 25)), grad_mib)
+    if kind == 'MicrobatchDDP':
+        copy_ = Cause('gradient_bucket_copy', 0.0, False, 'MicrobatchDDP has no buckets: the '
+                      'gradients are views of one flat buffer')
+    elif wrapper.get('gradient_as_bucket_view'):
+        copy_ = Cause('gradient_bucket_copy', 0.0, False, 'gradient_as_bucket_view=True: the '
+                      'gradients are views of the buckets')
+    else:
+        copy_ = Cause('gradient_bucket_copy', grad_mib, False, f'{kind} without '
+                      'gradient_as_bucket_view keeps the buckets beside the gradients: one '
+                      'more copy of the trainable parameters\' gradients')
+    comm = Cause('communication_buffers', bucket_mib, True, f'one all-reduce buffer of a '
+                 f'bucket in flight (bucket_cap_mb {wrapper.get("bucket_cap_mb", 25)}, at '
+                 f'most the gradients\' {grad_mib:.0f} MiB)')
+    return [copy_, comm]
+
+
+def forecast_memory(cfg: Any, world_size: int, batch: int, nnodes: int = 1,
+                    device_memory: Optional[str] = None) -> Forecast:
+    """Measure one process and forecast every rank of ``world_size`` at per-device ``batch``
+    (see :mod:`mmddp_ext.memory.forecast`). Runs a few real training steps on this machine's
+    device (the current GPU, else the CPU).
+
+    Raises:
+        ForecastError: a bad ``device_memory``, or a device below the fixed memory.
+    """
+    import torch
+    ranks_per_node = -(-world_size // max(1, nnodes))
+    cuda = torch.cuda.is_available()
+    device = torch.device('cuda', torch.cuda.current_device()) if cuda else torch.device('cpu')
+    device_mib, device_how = _device_memory(device_memory, device, ranks_per_node)  # early
+    measured = measure_steps(cfg, trial_batches(batch), device)
+    if len(measured.steps) < 2:
+        raise ForecastError(f'only {len(measured.steps)} of the trial batches '
+                            f'{trial_batches(batch)} fitted on {device}: free memory on it '
+                            f'or plan a smaller per-device batch')
+    fit = fit_line([(s.batch, s.peak_bytes / MIB) for s in measured.steps])
+    kind = 'CUDA context and library workspaces' if cuda else 'interpreter and libraries'
+    causes = [Cause('process_context', measured.context_bytes / MIB, False,
+                    f'{kind}: {measured.context_how}', single=True)]
+    causes += _ddp_causes(cfg, cuda, measured.grad_bytes / MIB)
+    causes.append(_stray(device, ranks_per_node))
+    reserve = reserve_bytes(Budget(str(device), int(device_mib * MIB), device_how)) / MIB
+    return build_forecast(fit, causes, device_mib, device_how, reserve, world_size, batch,
+                          measured.method, measured.seconds)

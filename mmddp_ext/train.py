@@ -52,12 +52,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help='with --explain: the number of processes to plan for (default: from '
                    'the environment, else 1)')
     p.add_argument('--json', action='store_true', help='with --explain: print one JSON object')
+    p.add_argument('--memory', action='store_true',
+                   help='with --explain: also forecast the peak memory of every rank, from a few '
+                   'real training steps of one process on this machine\'s device (the GPU, '
+                   'else the CPU)')
+    p.add_argument('--device-memory', '--device_memory', default=None, metavar='SIZE',
+                   help='with --explain --memory: memory per device to plan for, e.g. 24GiB, '
+                   '23.64GiB, 16000MiB (default: the GPU\'s total; on a CPU the RAM shared by '
+                   'the ranks of the node)')
     return p
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     """Parse ``dist_train.py`` arguments."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if (args.memory or args.device_memory is not None) and not args.explain:
+        parser.error('--memory and --device-memory forecast without training: add --explain, '
+                     'e.g. python tools/dist_train.py CONFIG --explain --memory')
     if args.local_rank is not None and 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = str(args.local_rank)
     return args
@@ -212,14 +224,21 @@ def _train(args: argparse.Namespace, env: DistEnv) -> None:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from .explain import explain, render
+    from .explain import explain, forecast_memory, render
     env = read_dist_env(os.environ, args.launcher, num_gpus=0)  # no GPU is touched
     world = args.world_size if args.world_size is not None else env.world_size
     if world < 1:
         raise UserError(f'--world-size={world} must be at least 1')
+    if args.device_memory is not None:
+        from .memory.forecast import parse_size
+        parse_size(args.device_memory)  # a bad value fails before anything is measured
     cfg = build_config(args)
     check_config(cfg, world, world > 1)
-    print(render(explain(cfg, world, env), args.json), flush=True)
+    info = explain(cfg, world, env)
+    if args.memory or args.device_memory is not None:
+        info['memory_forecast'] = forecast_memory(cfg, world, info['per_device_batch_size'],
+                                                  env.nnodes, args.device_memory)
+    print(render(info, args.json), flush=True)
     return 0
 
 

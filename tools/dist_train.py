@@ -20,6 +20,15 @@ Usage, one scenario each::
     # Slurm
     srun -N2 --ntasks-per-node=4 python tools/dist_train.py CONFIG --launcher slurm
 
+    # the plan, without training: topology, batch, LR, schedule (no data, no GPU)
+    python tools/dist_train.py CONFIG --explain [--world-size N] [--json] [--cfg-options ...]
+
+    # ... and a memory forecast of every rank: a few real training steps of ONE process on
+    # this machine's device (GPU, else CPU), fitted as fixed + per_sample x batch, plus DDP's
+    # per-rank extras; the largest per-device batch for 1 process and for N
+    python tools/dist_train.py CONFIG --explain --memory [--world-size N] \
+        [--device-memory SIZE] [--json]
+
 CONFIG is a file path or ``pkg::path`` of an installed OpenMMLab package, for example
 ``mmpose::body_2d_keypoint/topdown_heatmap/coco/td-hm_res50_8xb64-210e_coco-256x192.py``.
 ``--resume`` without a value resumes from the latest checkpoint in the work dir. Configs that
@@ -30,6 +39,14 @@ multi-task srun step, else ``none``. A missing LOCAL_RANK is derived (see docs/l
 Environment: MMDDP_RENDEZVOUS_TIMEOUT (seconds, default 300) bounds how long ranks started by
 hand or by Slurm wait for each other. The process group is nccl with CUDA, gloo without
 (``env_cfg.dist_cfg.backend`` overrides it, except nccl without a GPU).
+
+``--device-memory`` (e.g. ``24GiB``, ``23.64GiB``, ``16000MiB``) is the memory per device to
+plan for; default: the current GPU's total, on a CPU the RAM divided by the ranks of the node.
+With ``--json`` the forecast is the ``memory`` object (``device_mib``, ``fixed_mib``,
+``per_sample_mib``, ``ddp_extra_mib``, ``predicted_peak_mib``, ``max_batch_single``,
+``max_batch_ddp``, ``method``, ``seconds``; see docs/memory.md). A size that is zero,
+negative or not a size, or below what one process holds with no sample, is one line and
+exit code 1.
 
 Mistakes in the environment or arguments end with one line naming the variable, its value and
 the fix, and exit code 1. A rank that raises writes ``<work_dir>/failures/rank{R}.json``;
