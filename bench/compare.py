@@ -1,6 +1,8 @@
 """mmddp_ext vs stock MMEngine, side by side in one run (interleaved repetitions).
 
-    python bench/compare.py [--reps 3] [--epochs 3] [--images 256]   # writes bench/results/compare.json
+    python bench/compare.py [--reps 3] [--epochs 3] [--images 256]
+
+writes bench/results/compare.json.
 
 Variants (the demo config, 2 CPU processes where "ddp", per-device batch 32 everywhere):
 
@@ -23,8 +25,8 @@ import os.path as osp
 import statistics
 import tempfile
 
-from common import (DEMO, PYTHON, data_options, demo_data, iteration_times, save, spread,
-                    watch)
+from common import DEMO, PYTHON, data_options, demo_data, iteration_times, save, spread, watch
+
 
 def _mmpose_train() -> str:
     import mmpose
@@ -154,7 +156,7 @@ def main() -> None:
     launch = run_launch(args, data) if args.only != 'train' else {}
     summary = report(train, launch) if train and launch else {}
     print('wrote', save('compare', dict(args=vars(args), summary=summary, train=train,
-                                         launch=launch)))
+                                        launch=launch)))
 
 
 if __name__ == '__main__':

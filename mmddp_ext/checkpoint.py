@@ -45,7 +45,6 @@ import torch
 from mmengine.logging import HistoryBuffer
 from mmengine.runner import CheckpointLoader
 
-
 UNSAFE_ENV = 'MMDDP_UNSAFE_LOAD'
 _HISTORY_METHODS = ('min', 'max', 'current', 'mean')
 # The key that marks a dict written by to_plain; its value names what the dict stands for.

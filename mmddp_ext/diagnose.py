@@ -67,9 +67,9 @@ def summarize(work_dir: str, records: Optional[List[Dict]] = None,
             lines.append(f'  stacks: {stacks_path(work_dir, rank)}')
         others = [r for r in records if r.get('rank') != rank]
         if others:
-            lines.append('then: ' + '; '.join(f'rank {r.get("rank")} {r.get("exc_type")}'
-                                               f'{" (" + _waited(r) + ")" if _waited(r) else ""}'
-                                               for r in others))
+            lines.append('then: ' + '; '.join(
+                f'rank {r.get("rank")} {r.get("exc_type")}'
+                f'{" (" + _waited(r) + ")" if _waited(r) else ""}' for r in others))
         return '\n'.join(head + lines)
     hang = _hang_lines(work_dir, records, ranks)
     if hang:
@@ -114,12 +114,14 @@ def _hang_lines(work_dir: str, records: List[Dict], ranks: Dict[int, Dict]) -> L
         return []
     if any(not _waited(r) for r in records):
         return []  # a rank raised a real error: that is the news (shown by the caller)
-    stacks = {r: main_frames(d, ranks[r].get('main_thread')) for r, d in dumps.items()
-              if d.threads}
+    stacks = {r: main_frames(d, ranks[r].get('main_thread')) for r, d in dumps.items()}
+    stacks = {r: f for r, f in stacks.items() if f}  # e.g. stopped while exiting: no frame
     completed = {r: s.get('completed_iter') for r, s in ranks.items()}
     waiting, not_arrived = split_ranks(stacks, completed)
-    for record in collective:  # its exception says it waited, whatever its stack shows
-        waiting.setdefault(record.get('rank'), 'a collective that timed out')
+    for record in records:  # its exception says it waited, whatever its stack shows
+        waiting.setdefault(record.get('rank'), 'a collective that timed out'
+                           if _waited(record) == 'timeout' else
+                           'a collective, until its peer went away (then it raised)')
         not_arrived.pop(record.get('rank'), None)
     why = (f'no progress for {_seconds(min(timed_out.values()))} (hang watchdog)'
            if timed_out else f'collective timeout on rank(s) '

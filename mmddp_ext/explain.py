@@ -1,6 +1,7 @@
 """``dist_train.py CONFIG --explain``: the launch topology and the scaling plan, no training.
 
-Without ``--memory`` it touches neither data nor GPU; prints a readable summary, or with ``--json`` one JSON object
+Without ``--memory`` it touches neither data nor GPU; prints a readable summary, or with
+``--json`` one JSON object
 with at least the keys of :data:`JSON_KEYS`.
 
 With ``--memory`` (:func:`forecast_memory`) it also runs a few real training steps of one
@@ -16,8 +17,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from .dist.env import DistEnv
 from .dist.wrapper import ddp_wrapper_cfg
 from .memory.budget import Budget
-from .memory.forecast import (Cause, Forecast, ForecastError, build_forecast, fit_line,
-                              parse_size, render_forecast, trial_batches)
+from .memory.forecast import (Cause, Forecast, ForecastError, build_forecast, fit_line, parse_size,
+                              render_forecast, trial_batches)
 from .memory.nvml import NvmlProcessTableReader, physical_device_index
 from .memory.stats import MIB
 from .runner.ddp_runner import plans

@@ -23,6 +23,7 @@ from .failures import clear_failure, record_failure
 from .scaling.apply import check_runtime_for_config, plan_for_config
 from .utils.config import load_config
 
+
 def build_parser() -> argparse.ArgumentParser:
     """The flags of MMPose's ``tools/train.py``, plus ours."""
     p = argparse.ArgumentParser(

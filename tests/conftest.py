@@ -120,7 +120,9 @@ def written_recipe(config: str) -> dict:
     ``global_batch`` it was written for (N × M of its ``NxbM`` name, else the base batch) and
     the optimizer's ``lr``."""
     import re
+
     from mmengine.config import Config
+
     from mmddp_ext.utils.config import resolve_config_path
     path = resolve_config_path(config)
     cfg = Config.fromfile(path)

@@ -10,8 +10,9 @@ import socket
 
 import pytest
 
-from conftest import DEMO_CONFIG, PYTHON, demo_options, finish, popen
 from mmddp_ext.dist.launch import find_free_port
+
+from conftest import DEMO_CONFIG, PYTHON, demo_options, finish, popen
 
 pytestmark = pytest.mark.slow
 TRAIN = [PYTHON, 'tools/dist_train.py']

@@ -46,8 +46,8 @@ def test_failed_save_keeps_the_previous_checkpoint(demo_data, tmp_path):
     assert ckpt['meta']['epoch'] == 3
 
 
-def test_failed_save_after_a_successful_one_leaves_last_checkpoint_complete(demo_data,
-                                                                           tmp_path):
+def test_failed_save_after_a_successful_one_leaves_last_checkpoint_complete(
+        demo_data, tmp_path):
     """In one run a save succeeds (``last_checkpoint`` rewritten to it), then the next one
     dies mid-write over a file of an earlier run: ``last_checkpoint`` still names the complete
     file of the successful save, the earlier file is untouched, and resuming goes on from

@@ -13,8 +13,9 @@ import pytest
 import torch
 from pycocotools.coco import COCO
 
-from conftest import ROOT, check_ok, demo_options, run
 from mmddp_ext.demo_det_data import CLASSES, make_demo_det_dataset
+
+from conftest import ROOT, check_ok, demo_options, run
 
 DET_CONFIG = osp.join(ROOT, 'configs', 'examples', 'mmdet',
                       'retinanet_r18_fpn_1xb4-12e_demo-det-128.py')

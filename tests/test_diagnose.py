@@ -114,3 +114,19 @@ def test_progress_of_an_older_run_is_ignored(tmp_path):
     assert 'rank 1 did not arrive; it was in /home/me/model.py:5 in forward' in text
     assert "rank 0 waited in backward (DDP's gradient all-reduce)" in text
     assert 'rank 3' not in text
+
+
+def test_the_waiting_rank_that_raised_when_its_peer_left_is_not_named():
+    """Rank 1's watchdog ended it first; rank 0 then raised 'Connection closed by peer' and was
+    stopped by torchrun while exiting (a dump without a Python frame)."""
+    stuck = ('Timeout (0:00:08)!\nThread 0x1 (most recent call first):\n'
+             '  File "/home/me/model.py", line 5 in forward\n')
+    exiting = 'Current thread 0x2 (most recent call first):\n  Garbage-collecting\n'
+    ranks = {0: dict(rank=0, run='r', time=10, completed_iter=2, main_thread=2, stacks=exiting),
+             1: dict(rank=1, run='r', time=10, completed_iter=2, main_thread=1, stacks=stuck)}
+    records = [dict(rank=0, time=12.0, exc_type='RuntimeError',
+                    message='[gloo/transport/tcp/pair.cc:561] Connection closed by peer')]
+    text = summarize('.', records, ranks, [])
+    assert 'rank 1 did not arrive; it was in /home/me/model.py:5 in forward' in text
+    assert 'rank 0 did not arrive' not in text
+    assert 'rank 0 waited in a collective, until its peer went away' in text

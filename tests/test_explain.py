@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from conftest import (DEMO_CONFIG, PYTHON, check_ok, recipe_expectation, run,
-                      written_recipe)
 from mmddp_ext.explain import JSON_KEYS
 from mmddp_ext.utils.config import resolve_config_path
+
+from conftest import DEMO_CONFIG, PYTHON, check_ok, recipe_expectation, run, written_recipe
 
 POSE = 'mmpose::body_2d_keypoint/topdown_heatmap/coco/td-hm_hrnet-w32_8xb64-210e_coco-256x192.py'
 DET = 'mmdet::faster_rcnn/faster-rcnn_r50-caffe_fpn_ms-90k_coco.py'
@@ -77,7 +77,7 @@ def test_explain_accepts_pkg_path_and_cfg_options():
 
 def test_explain_world_size_from_the_environment():
     info = _explain(DEMO_CONFIG, env=dict(RANK='0', WORLD_SIZE='4', MASTER_ADDR='127.0.0.1',
-                                         MASTER_PORT='29500'))
+                                          MASTER_PORT='29500'))
     assert info['world_size'] == 4 and info['per_device_batch_size'] == 8  # 1xb32: 32 / 4
     expect = recipe_expectation(DEMO_CONFIG, 4)
     assert info['per_device_batch_size'] == expect['per_device_batch_size']

@@ -2,8 +2,9 @@
 (in-process: ``mmddp_ext.train.main``, as ``tools/dist_train.py`` calls it)."""
 import pytest
 
-from conftest import DEMO_CONFIG
 from mmddp_ext.train import main
+
+from conftest import DEMO_CONFIG
 
 
 @pytest.mark.parametrize('options, message', [

@@ -223,4 +223,3 @@ def _warn(runner, message: str) -> None:
     runner.logger.warning(message)
     if runner.rank != 0:
         print(message, file=sys.stderr, flush=True)
-

@@ -5,8 +5,7 @@
 """
 from .nvml import (NvmlProcessTableReader, ProcessTableReader, RecordedProcessTableReader,
                    physical_device_index)
-from .stray import (CAUSES, DeviceTable, Finding, GpuProcess, RankIdentity, find_stray,
-                    format_bytes)
+from .stray import CAUSES, DeviceTable, Finding, GpuProcess, RankIdentity, find_stray, format_bytes
 
 __all__ = ['CAUSES', 'DeviceTable', 'Finding', 'GpuProcess', 'NvmlProcessTableReader',
            'ProcessTableReader', 'RankIdentity', 'RecordedProcessTableReader', 'find_stray',

@@ -59,7 +59,6 @@ from ..scaling.config import ScalingConfig
 from ..utils.io import commit
 from ..utils.quiet import quiet_logger, quiet_warnings
 
-
 # Added unless the config lists them itself (e.g. with another interval).
 DEFAULT_HOOKS = (dict(type='ScalingHook'), dict(type='RankMemoryHook', interval=50),
                  dict(type='FiniteLossHook', action='stop'), dict(type='HangWatchdogHook'))
@@ -132,8 +131,8 @@ def trains(cfg: Any) -> bool:
     """Whether ``cfg`` has the training parts (``train_dataloader``, ``train_cfg`` and
     ``optim_wrapper``). Without them, e.g. a config built only to validate or test, there is
     nothing to plan; MMEngine itself rejects a config that has only some of them."""
-    return all(cfg.get(key) is not None for key in ('train_dataloader', 'train_cfg',
-                                                      'optim_wrapper'))
+    return all(cfg.get(key) is not None
+               for key in ('train_dataloader', 'train_cfg', 'optim_wrapper'))
 
 
 def runner_class(runner_type: Any) -> Optional[type]:

@@ -47,12 +47,11 @@ from mmengine.runner import Runner
 
 from ..dist.wrapper import batchnorm_for_cpu
 from ..errors import ScalingError
-from ..utils.io import atomic_write_text
 from ..memory.budget import Budget, ranks_out_of_memory, release_memory
 from ..memory.oom import is_oom_error
 from ..scaling.search import (CACHE_FILE, MARGIN, SearchResult, Trial, cache_key, max_trials,
                               search_max_batch)
-
+from ..utils.io import atomic_write_text
 
 # On a CPU the budget also holds what the Runner builds beside the model (dataloader, hooks,
 # logger, visualizer): measured 80 MiB more than the probe for the 128x128 demo, so the reserve

@@ -41,7 +41,7 @@ def resolve_config_path(path: str) -> str:
     if '::' not in path:
         if not osp.isfile(path):
             raise ConfigFileNotFound(f'config file {path!r} does not exist '
-                                    f'(working directory: {osp.abspath(".")})')
+                                     f'(working directory: {osp.abspath(".")})')
         return path
     register_config_scope()
     scope = path.partition('::')[0]

@@ -10,8 +10,9 @@ import warnings
 import pytest
 import torch
 
-from conftest import DEMO_CONFIG, check_ok, demo_options, run
 from mmddp_ext.utils import quiet
+
+from conftest import DEMO_CONFIG, check_ok, demo_options, run
 
 # What every 2-process demo run printed before (MMEngine 0.10.7, MMPose 1.3.2, torch 2.14.1).
 NOISE = ('`broadcast_buffers` is deprecated', '"FileClient" will be deprecated',

@@ -98,6 +98,7 @@ def demo_recipe_config(tmp_path, family_path: str, data_root: str, max_epochs: i
     own ``Config``. The file keeps the recipe's name, which names its batch (``8xb256``).
     ``train_images``: train on the first N images only (None: all)."""
     from mmengine.config import Config
+
     from mmddp_ext.utils.config import resolve_config_path
     recipe = _recipe(family_path)
     base = Config.fromfile(resolve_config_path(recipe))
@@ -195,6 +196,7 @@ def test_families_mmpose_1_3_2_does_not_train_as_shipped():
     from mmengine.config import Config
     from mmengine.config.utils import ConfigParsingError
     from mmpose.registry import TRANSFORMS
+
     from mmddp_ext.utils.config import resolve_config_path
 
     def load(family_path: str):

@@ -4,7 +4,8 @@
 loads the config as ``dist_train.py`` does (its ``custom_imports`` run, as in training), notes
 the process's virtual size then (where ``tests.helpers.limit_rank`` measures its limit from),
 applies a loose budget (so glibc and oneDNN behave as under a real one), and runs one trial of
-the finder (holding the reserve a tight rank holds) at ``SMALL`` and then at ``LARGE`` per-device samples, reading the kernel's peak
+the finder (holding the reserve a tight rank holds) at ``SMALL`` and then at ``LARGE``
+per-device samples, reading the kernel's peak
 virtual size (``VmPeak``) after each. A test places a rank's limit between the two, so that
 the limit binds on whatever machine the test runs.
 """

@@ -19,6 +19,7 @@ from mmengine.testing import RunnerTestCase
 from mmddp_ext.hooks.finite_loss_hook import (FiniteLossHook, NonFiniteLossError, format_lr,
                                               nonfinite_grads, nonfinite_terms)
 from mmddp_ext.runner.ddp_runner import DDPRunner
+
 from tests.helpers.nan_loss_hook import NanLossHook
 
 NAN, INF = float('nan'), float('inf')

@@ -6,8 +6,9 @@ import re
 
 import pytest
 
-from conftest import check_ok, demo_options, demo_with_hooks, run
 from mmddp_ext.hooks.memory_hook import RankMemoryHook, format_table
+
+from conftest import check_ok, demo_options, demo_with_hooks, run
 
 GIB = 2 ** 30
 

@@ -1,6 +1,5 @@
 """HangWatchdogHook: the bound, the progress file on MMEngine's toy runner, and a real hang
 ended by the interpreter's own watchdog with every thread's stack written."""
-import json
 import os.path as osp
 import subprocess
 import sys

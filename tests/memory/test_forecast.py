@@ -4,9 +4,8 @@ import math
 import pytest
 
 from mmddp_ext.errors import UserError
-from mmddp_ext.memory.forecast import (NOISE_MIB, Cause, ForecastError, build_forecast,
-                                       fit_line, largest_batch, parse_size, render_forecast,
-                                       trial_batches)
+from mmddp_ext.memory.forecast import (NOISE_MIB, Cause, ForecastError, build_forecast, fit_line,
+                                       largest_batch, parse_size, render_forecast, trial_batches)
 
 CONTRACT = ('device_mib', 'fixed_mib', 'per_sample_mib', 'ddp_extra_mib', 'predicted_peak_mib',
             'max_batch_single', 'max_batch_ddp', 'method', 'seconds')

@@ -3,12 +3,13 @@ import copy
 
 import pytest
 
-from conftest import recipe_expectation, written_recipe
 from mmddp_ext.errors import ScalingError
 from mmddp_ext.scaling import ScalingConfig, make_plan
 from mmddp_ext.scaling.apply import apply_plan, plan_for_config, read_facts
 from mmddp_ext.scaling.resume import ResumeMismatch, convert_checkpoint, resume_factor
 from mmddp_ext.utils.config import load_config
+
+from conftest import recipe_expectation, written_recipe
 
 POSE = 'mmpose::body_2d_keypoint/topdown_heatmap/coco/td-hm_hrnet-w32_8xb64-210e_coco-256x192.py'
 DET = 'mmdet::faster_rcnn/faster-rcnn_r50-caffe_fpn_ms-90k_coco.py'

@@ -7,10 +7,10 @@ import os.path as osp
 import pytest
 import torch
 
-from conftest import PYTHON, check_ok, run
-
 from mmddp_ext.scaling.search import (SearchResult, Trial, batch_length, cache_key, max_trials,
                                       micro_batch_sizes, search_max_batch, split_batch)
+
+from conftest import PYTHON, check_ok, run
 
 UPPERS = [1, 2, 3, 7, 16, 17, 64, 100, 512]
 
