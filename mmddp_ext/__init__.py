@@ -7,7 +7,7 @@ checkpoint loader (see :mod:`mmddp_ext.checkpoint`).
 from . import hooks, runner  # noqa: F401  (registration)
 from .checkpoint import register_safe_loader
 from .dist import microbatch  # noqa: F401  (registration)
-from .dist.launch import launch
+from .train import launch
 from .utils.config import register_config_scope
 from .version import __version__
 

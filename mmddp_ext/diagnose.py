@@ -216,7 +216,7 @@ def _mib(value) -> str:
 
 def work_dir_from_train_args(argv: List[str]) -> str:
     """The work dir ``dist_train.py ARGV`` uses (``--work-dir``, the config's, or the default)."""
-    from .train import build_parser, default_work_dir
+    from .cli import build_parser, default_work_dir
     args, _ = build_parser().parse_known_args(argv)
     if args.work_dir:
         return args.work_dir

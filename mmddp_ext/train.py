@@ -7,83 +7,21 @@ import argparse
 import faulthandler
 import gc
 import os
-import os.path as osp
 import sys
-from typing import List, Optional
+from typing import List, Optional, Sequence, Union
 
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler, record
 
 from .checkpoint import UNSAFE_ENV
+from .cli import build_parser, default_work_dir, parse_args  # noqa: F401  (the entry's API)
 from .dist.env import DistEnv, read_dist_env, threads_per_process
-from .dist.launch import init_distributed, pin_device, shutdown
+from .dist.launch import init_distributed, launch_workers, pin_device, shutdown
 from .dist.wrapper import ddp_wrapper_cfg
 from .errors import UserError
 from .failures import clear_failure, record_failure
 from .scaling.apply import check_runtime_for_config, plan_for_config
 from .utils.config import load_config
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The flags of MMPose's ``tools/train.py``, plus ours."""
-    p = argparse.ArgumentParser(
-        prog='dist_train.py',
-        description='Train an MMEngine config (MMPose, MMDetection, ...) on 1..N processes.')
-    p.add_argument('config', help='config file path, or pkg::path of an installed package')
-    p.add_argument('--work-dir', '--work_dir', help='where logs and checkpoints go')
-    p.add_argument('--resume', nargs='?', const='auto', default=None, metavar='CHECKPOINT',
-                   help='resume from CHECKPOINT, or (no value) from the latest one in work_dir')
-    p.add_argument('--amp', action='store_true', help='mixed precision (AmpOptimWrapper)')
-    p.add_argument('--auto-scale-lr', '--auto_scale_lr', action='store_true',
-                   help='scale the LR by the batch size (auto_scale_lr.enable=True)')
-    p.add_argument('--cfg-options', '--cfg_options', nargs='+', action=DictAction,
-                   help='override config keys, e.g. train_cfg.max_epochs=2')
-    p.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default=None,
-                   help='job launcher (default: pytorch when RANK/WORLD_SIZE are set, slurm '
-                   'inside a multi-task srun step, else none)')
-    p.add_argument('--local-rank', '--local_rank', type=int, default=None,
-                   help='accepted for torch.distributed.launch compatibility; LOCAL_RANK wins')
-    p.add_argument('--unsafe-load', '--unsafe_load', action='store_true',
-                   help='load legacy checkpoints with weights_only=False (runs their pickle '
-                   'code; only for files you trust)')
-    p.add_argument('--explain', action='store_true',
-                   help='print the launch topology and the scaling plan, then exit (no data, '
-                   'no GPU)')
-    p.add_argument('--world-size', '--world_size', type=int, default=None,
-                   help='with --explain: the number of processes to plan for (default: from '
-                   'the environment, else 1)')
-    p.add_argument('--json', action='store_true', help='with --explain: print one JSON object')
-    p.add_argument('--memory', action='store_true',
-                   help='with --explain: also forecast the peak memory of every rank, from a few '
-                   'real training steps of one process on this machine\'s device (the GPU, '
-                   'else the CPU)')
-    p.add_argument('--device-memory', '--device_memory', default=None, metavar='SIZE',
-                   help='with --explain --memory: memory per device to plan for, e.g. 24GiB, '
-                   '23.64GiB, 16000MiB (default: the GPU\'s total; on a CPU the RAM shared by '
-                   'the ranks of the node)')
-    return p
-
-
-def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    """Parse ``dist_train.py`` arguments."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if (args.memory or args.device_memory is not None) and not args.explain:
-        parser.error('--memory and --device-memory forecast without training: add --explain, '
-                     'e.g. python tools/dist_train.py CONFIG --explain --memory')
-    if args.local_rank is not None and 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
-    return args
-
-
-def default_work_dir(args: argparse.Namespace, cfg: Optional[Config] = None) -> str:
-    """``--work-dir``, else the config's ``work_dir``, else ``./work_dirs/<config name>``
-    (MMPose's rule)."""
-    if args.work_dir:
-        return args.work_dir
-    if cfg is not None and cfg.get('work_dir'):
-        return cfg.work_dir
-    return osp.join('./work_dirs', osp.splitext(osp.basename(args.config.split('::')[-1]))[0])
 
 
 def build_config(args: argparse.Namespace, env: Optional[DistEnv] = None) -> Config:
@@ -259,3 +197,50 @@ def main(argv: Optional[List[str]] = None) -> int:
         get_error_handler().record_exception(e)  # torchrun's summary shows the same line
         return 1
     return 0
+
+
+def launch(config: Union[str, Config], nproc_per_node: int = 1, nnodes: int = 1,
+           node_rank: int = 0, master_addr: str = '127.0.0.1', master_port: Optional[int] = None,
+           args: Sequence[str] = (), max_restarts: int = 0, run_id: Optional[str] = None,
+           start_method: str = 'spawn') -> dict:
+    """Train ``config`` on ``nproc_per_node`` local processes with torch.distributed.elastic.
+
+    The programmatic twin of ``torchrun --nproc_per_node=N tools/dist_train.py CONFIG ARGS``:
+    the elastic agent starts, watches and (with ``max_restarts``) restarts the workers.
+
+    Args:
+        config: a config path, ``pkg::path``, or an ``mmengine.Config`` (dumped to a
+            temporary file first).
+        nproc_per_node: processes on this node (one per GPU; any number on CPU).
+        nnodes: number of nodes; with more than one, run this on every node with its
+            ``node_rank`` and the same ``master_addr``/``master_port``.
+        node_rank: this node's index.
+        master_addr: host of node 0.
+        master_port: rendezvous port on node 0; None picks a free one (single node only).
+        args: further ``dist_train.py`` arguments, e.g. ``['--work-dir', 'w']``.
+        max_restarts: how often the agent restarts failed workers.
+        run_id: rendezvous id (default: a fresh one).
+        start_method: multiprocessing start method of the workers.
+
+    Returns:
+        ``{rank: return value}`` of the local workers (0 on success).
+
+    Example::
+
+        >>> import mmddp_ext
+        >>> mmddp_ext.launch('configs/demo/td-hm_res18_1xb32-30e_demo-64x64.py',
+        ...                  nproc_per_node=2, args=['--work-dir', 'work_dirs/demo'])
+    """
+    return launch_workers(main, [_config_path(config), *args], nproc_per_node, nnodes,
+                          node_rank, master_addr, master_port, max_restarts, run_id,
+                          start_method)
+
+
+def _config_path(config) -> str:
+    if isinstance(config, str):
+        return config
+    import tempfile
+    tmp = tempfile.NamedTemporaryFile('w', suffix='.py', prefix='mmddp_launch_', delete=False)
+    tmp.close()
+    config.dump(tmp.name)
+    return tmp.name

@@ -1,4 +1,5 @@
-"""Process-group set-up and tear-down, and ``launch()`` on torch.distributed.elastic.
+"""Process-group set-up and tear-down, and ``launch_workers``: the elastic agent running a
+given function on N local processes (``mmddp_ext.launch`` hands it the training entry).
 
 MMEngine's ``init_dist('pytorch')`` always calls ``torch.cuda.set_device`` (it fails on a CPU
 host) and waits up to 30 minutes for a missing rank. We initialise the process group before
@@ -18,7 +19,7 @@ the Runner is built (``Runner.setup_env`` then skips its own ``init_dist``):
 import os
 import time
 from datetime import timedelta
-from typing import Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 from .env import DistEnv, DistEnvError, choose_backend
 from .run_front import (DEFAULT_LOG_EVERY, DEFAULT_TIMEOUT, IFNAME_VARS, LOG_EVERY_ENV,
@@ -192,37 +193,33 @@ def shutdown() -> None:
             dist.destroy_process_group()
 
 
-def launch(config: Union[str, 'object'], nproc_per_node: int = 1, nnodes: int = 1,
-           node_rank: int = 0, master_addr: str = '127.0.0.1', master_port: Optional[int] = None,
-           args: Sequence[str] = (), max_restarts: int = 0, run_id: Optional[str] = None,
-           start_method: str = 'spawn') -> dict:
-    """Train ``config`` on ``nproc_per_node`` local processes with torch.distributed.elastic.
+def launch_workers(main_func: Callable[..., Any], argv: Sequence[str] = (),
+                   nproc_per_node: int = 1, nnodes: int = 1, node_rank: int = 0,
+                   master_addr: str = '127.0.0.1', master_port: Optional[int] = None,
+                   max_restarts: int = 0, run_id: Optional[str] = None,
+                   start_method: str = 'spawn') -> dict:
+    """Run ``main_func(list(argv))`` in ``nproc_per_node`` local processes under
+    torch.distributed.elastic (the agent starts, watches and restarts them), as torchrun
+    would: the launcher is handed the function to run; it never imports the training entry.
 
-    The programmatic twin of ``torchrun --nproc_per_node=N tools/dist_train.py CONFIG ARGS``:
-    the elastic agent starts, watches and (with ``max_restarts``) restarts the workers.
+    A single node on a loopback ``master_addr`` gets its store on that address only and
+    gloo/NCCL pinned to the loopback interface (see :mod:`mmddp_ext.dist.run_front`).
 
     Args:
-        config: a config path, ``pkg::path``, or an ``mmengine.Config`` (dumped to a
-            temporary file first).
+        main_func: a picklable function of the worker's argument list.
+        argv: its arguments.
         nproc_per_node: processes on this node (one per GPU; any number on CPU).
         nnodes: number of nodes; with more than one, run this on every node with its
             ``node_rank`` and the same ``master_addr``/``master_port``.
         node_rank: this node's index.
         master_addr: host of node 0.
         master_port: rendezvous port on node 0; None picks a free one (single node only).
-        args: further ``dist_train.py`` arguments, e.g. ``['--work-dir', 'w']``.
         max_restarts: how often the agent restarts failed workers.
         run_id: rendezvous id (default: a fresh one).
         start_method: multiprocessing start method of the workers.
 
     Returns:
-        ``{rank: return value}`` of the local workers (0 on success).
-
-    Example::
-
-        >>> import mmddp_ext
-        >>> mmddp_ext.launch('configs/demo/td-hm_res18_1xb32-30e_demo-64x64.py',
-        ...                  nproc_per_node=2, args=['--work-dir', 'work_dirs/demo'])
+        ``{rank: return value}`` of the local workers.
     """
     import uuid
 
@@ -231,7 +228,6 @@ def launch(config: Union[str, 'object'], nproc_per_node: int = 1, nnodes: int = 
         raise ValueError(f'nproc_per_node={nproc_per_node!r} must be a positive integer')
     if nnodes > 1 and master_port is None:
         raise ValueError(f'nnodes={nnodes} needs an explicit master_port shared by all nodes')
-    config_path = _config_path(config)
     store, saved = None, {var: os.environ.get(var) for var in IFNAME_VARS}
     if nnodes == 1 and is_loopback(master_addr):  # listen on loopback only (see run_front)
         master_addr = '127.0.0.1' if master_addr == 'localhost' else master_addr
@@ -252,9 +248,8 @@ def launch(config: Union[str, 'object'], nproc_per_node: int = 1, nnodes: int = 
                       rdzv_configs={'rank': node_rank, 'timeout': rendezvous_timeout()},
                       max_restarts=max_restarts, start_method=start_method,
                       monitor_interval=0.5)
-    from ..train import main
     try:
-        return elastic_launch(lc, main)([config_path, *args])
+        return elastic_launch(lc, main_func)(list(argv))
     finally:
         del store
         for var, value in saved.items():  # the caller's environment as it was
@@ -262,13 +257,3 @@ def launch(config: Union[str, 'object'], nproc_per_node: int = 1, nnodes: int = 
                 os.environ.pop(var, None)
             else:
                 os.environ[var] = value
-
-
-def _config_path(config) -> str:
-    if isinstance(config, str):
-        return config
-    import tempfile
-    tmp = tempfile.NamedTemporaryFile('w', suffix='.py', prefix='mmddp_launch_', delete=False)
-    tmp.close()
-    config.dump(tmp.name)
-    return tmp.name
