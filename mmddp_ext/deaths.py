@@ -8,6 +8,8 @@ import signal
 import subprocess
 from typing import Dict, List, Optional
 
+from .utils.units import format_mib
+
 LAUNCHER_STOP = ('SIGTERM', 'SIGINT', 'SIGHUP')  # how a launcher or a person stops a job
 
 
@@ -35,10 +37,6 @@ def kernel_log(pid: int, run=subprocess.run) -> Optional[List[str]]:
         return None
     keys = (f'Killed process {pid} ', f'Killed process {pid},', f'pid={pid},')
     return [ln.strip() for ln in out.stdout.splitlines() if any(k in ln for k in keys)]
-
-
-def _mib(value) -> str:
-    return '-' if value is None else f'{value / 2 ** 20:.0f} MiB'
 
 
 def host_memory_total() -> Optional[int]:
@@ -69,10 +67,10 @@ def death_lines(failure: Dict, state: Optional[Dict], kernel: Optional[List[str]
              f'pid {failure.get("pid") or state.get("pid")}) was killed by {sig} {after}: '
              'no Python exception, so no traceback']
     if state.get('rss') is not None:
-        total = '' if host_total is None else f' of {_mib(host_total)} host memory'
-        lines.append(f'  last memory sample: host RSS {_mib(state["rss"])}{total}'
+        total = '' if host_total is None else f' of {format_mib(host_total)} host memory'
+        lines.append(f'  last memory sample: host RSS {format_mib(state["rss"])}{total}'
                      + ('' if state.get('device_allocated') is None else
-                        f', device allocated {_mib(state["device_allocated"])}'))
+                        f', device allocated {format_mib(state["device_allocated"])}'))
     if sig == 'SIGKILL':
         if kernel:
             lines.append(f'  kernel log: {kernel[-1][:200]}')

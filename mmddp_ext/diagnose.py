@@ -18,6 +18,7 @@ from .failures import failure_dir, read_failures
 from .progress import ranks_dir, read_ranks, stacks_path
 from .stacks import main_frames, parse_dump, split_ranks
 from .utils.io import atomic_write_text
+from .utils.units import format_mib
 
 LAUNCH_REPORT = 'launch.json'  # the launcher's failure report, kept beside the progress files
 
@@ -195,11 +196,11 @@ def _memory_lines(record: Dict) -> List[str]:
     now = (record.get('memory') or {}).get('now') or {}
     if now:
         dev = '' if now.get('device_total') is None else (
-            f'device {now.get("device")}: allocated {_mib(now.get("allocated"))}, reserved '
-            f'{_mib(now.get("reserved"))}, used {_mib(now.get("device_used"))} of '
-            f'{_mib(now.get("device_total"))}; ')
-        lines.append(f'  memory at failure: {dev}host RSS {_mib(now.get("rss"))} (peak '
-                     f'{_mib(now.get("peak_rss"))})')
+            f'device {now.get("device")}: allocated {format_mib(now.get("allocated"))}, reserved '
+            f'{format_mib(now.get("reserved"))}, used {format_mib(now.get("device_used"))} of '
+            f'{format_mib(now.get("device_total"))}; ')
+        lines.append(f'  memory at failure: {dev}host RSS {format_mib(now.get("rss"))} (peak '
+                     f'{format_mib(now.get("peak_rss"))})')
     oom = record.get('oom')
     if oom is None:  # a record written before records carried the classification
         oom = is_oom(record.get('exc_type', ''), record.get('message', ''),
@@ -208,10 +209,6 @@ def _memory_lines(record: Dict) -> List[str]:
         lines.insert(0, f'  out of memory on rank {record.get("rank")}')
         lines += [f'  {line}' for line in oom_advice(record)]
     return lines
-
-
-def _mib(value) -> str:
-    return '-' if value is None else f'{value / 2 ** 20:.0f} MiB'
 
 
 def work_dir_from_train_args(argv: List[str]) -> str:

@@ -20,12 +20,12 @@ from .memory.budget import Budget
 from .memory.forecast import (Cause, Forecast, ForecastError, build_forecast, fit_line, parse_size,
                               render_forecast, trial_batches)
 from .memory.nvml import NvmlProcessTableReader, physical_device_index
-from .memory.stats import MIB
 from .runner.ddp_runner import plans
 from .runner.probe import measure_steps, reserve_bytes
 from .scaling.apply import apply_plan, plan_for_config
 from .scaling.config import parse_scaling
 from .scaling.plan import ScalingPlan
+from .utils.units import MIB
 
 JSON_KEYS = ('world_size', 'per_device_batch_size', 'accumulative_counts', 'global_batch_size',
              'base_batch_size', 'lr_rule', 'lr_scale', 'lrs', 'train_loop', 'max_epochs',

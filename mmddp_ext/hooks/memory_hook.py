@@ -10,6 +10,7 @@ from mmengine.registry import HOOKS
 
 from ..memory.stats import MemoryReader, MemorySample
 from ..memory.stray import DeviceTable, GpuProcess, RankIdentity, find_stray
+from ..utils.units import MIB, format_mib
 
 SCALAR_KEYS = ('allocated', 'reserved', 'peak_allocated', 'device_used', 'rss', 'peak_rss')
 
@@ -17,7 +18,7 @@ SCALAR_KEYS = ('allocated', 'reserved', 'peak_allocated', 'device_used', 'rss', 
 def format_table(samples: List[Dict]) -> str:
     """The compact per-rank table rank 0 logs (MiB)."""
     def mib(v):
-        return '-' if v is None else f'{v / 2 ** 20:.0f}'
+        return format_mib(v, unit='')
     cpu = all(s['device'] == 'cpu' for s in samples)
     head = (f'memory at iter {samples[0]["iter"]} (MiB), ' + (
         'CPU run: host RSS (peak RSS) per rank; no device memory' if cpu else
@@ -123,7 +124,7 @@ class RankMemoryHook(Hook):
         if runner.rank == 0:
             self.history.append(gathered)
             runner.logger.info(format_table(gathered))
-            scalars = {f'memory/rank{s["rank"]}/{k}_mib': s[k] / 2 ** 20
+            scalars = {f'memory/rank{s["rank"]}/{k}_mib': s[k] / MIB
                        for s in gathered for k in SCALAR_KEYS if s[k] is not None}
             runner.visualizer.add_scalars(scalars, step=runner.iter + 1)
         return gathered
@@ -169,7 +170,7 @@ def plot_history(history: List[List[Dict]], path: str) -> str:
     key, label = ('peak_rss', 'peak host RSS') if cpu else ('peak_allocated', 'peak allocated')
     fig, ax = plt.subplots(figsize=(7, 4))
     for rank in sorted({s['rank'] for samples in history for s in samples}):
-        points = [(s['iter'], s[key] / 2 ** 20) for samples in history for s in samples
+        points = [(s['iter'], s[key] / MIB) for samples in history for s in samples
                   if s['rank'] == rank and s[key] is not None]
         if points:
             xs, ys = zip(*points)

@@ -31,7 +31,7 @@ import psutil
 import torch
 from mmengine.dist import all_gather
 
-from .stats import MIB
+from ..utils.units import MIB
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any, List, Mapping, Optional, Tuple
 
 from ..scaling.plan import best_split
 from ..scaling.search import MARGIN
+from ..utils.units import GIB, MIB, format_mib
 
 OOM_PATTERNS = ('out of memory', 'OutOfMemoryError', "can't allocate memory",
                 'DefaultCPUAllocator', 'CUBLAS_STATUS_ALLOC_FAILED', 'std::bad_alloc',
@@ -93,8 +94,8 @@ def fitting_batch(batch: int, baseline: Mapping[str, Any], peak: Mapping[str, An
         room = (1 - MARGIN) * (total - others) - base
         fit = int(room // per_sample)
         return max(1, min(batch - 1, fit)), (
-            f'measured: {per_sample / 2 ** 20:.1f} MiB per sample above a baseline of '
-            f'{base / 2 ** 20:.0f} MiB, {total / 2 ** 30:.2f} GiB device, 10% margin')
+            f'measured: {per_sample / MIB:.1f} MiB per sample above a baseline of '
+            f'{format_mib(base)}, {total / GIB:.2f} GiB device, 10% margin')
     return max(1, batch // 2), ('rule of thumb (no device total on a CPU): half the per-device '
                                 'batch; the limit was the host memory available to the process')
 

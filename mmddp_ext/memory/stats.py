@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Optional
 
-MIB = 2 ** 20
+from ..utils.units import MIB
 
 
 @dataclass(frozen=True)

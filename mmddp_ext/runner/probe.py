@@ -52,6 +52,7 @@ from ..memory.oom import is_oom_error
 from ..scaling.search import (CACHE_FILE, MARGIN, SearchResult, Trial, cache_key, max_trials,
                               search_max_batch)
 from ..utils.io import atomic_write_text
+from ..utils.units import format_mib
 
 # On a CPU the budget also holds what the Runner builds beside the model (dataloader, hooks,
 # logger, visualizer): measured 80 MiB more than the probe for the 128x128 demo, so the reserve
@@ -299,7 +300,7 @@ def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget,
              f'from {path}; delete it to measure again)')
         return result
     reserve = reserve_bytes(budget)
-    _log(f'measuring {budget.how}; {reserve / 2 ** 20:.0f} of {budget.nbytes / 2 ** 20:.0f} MiB '
+    _log(f'measuring {budget.how}; {format_mib(reserve, unit="")} of {format_mib(budget.nbytes)} '
          f'are kept free during each trial; at most {max_trials(upper)} trials of forward + '
          f'backward + optimizer step, per-device batch up to {upper}')
     trials = Trials(cfg, device, upper, reserve)
@@ -316,7 +317,7 @@ def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget,
     if result.max_batch == 0:
         raise ScalingError(
             f'not even a per-device batch of 1 fits on rank(s) {trials.failed} (measured on '
-            f'rank {get_rank()}: {budget.how}; {reserve / 2 ** 20:.0f} MiB kept free during '
+            f'rank {get_rank()}: {budget.how}; {format_mib(reserve)} kept free during '
             f'each trial): raise scaling.memory_budget_mib, free memory on those ranks, use a '
             f'smaller input size or model, or train on a device with more memory')
     _log(f'per-device batch {result.max_batch} fits on every rank ({len(result.trials)} trials, '
