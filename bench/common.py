@@ -27,7 +27,7 @@ FIRST_ITER = 'Epoch(train)'
 def demo_data(num_train: int = 128) -> str:
     """A fresh small demo dataset in a temporary folder."""
     sys.path.insert(0, ROOT)
-    from mmddp_ext.demo_data import make_demo_dataset
+    from mmddp_ext.demo import make_demo_dataset
     out = osp.join(tempfile.mkdtemp(prefix='mmddp_bench_'), 'data')
     make_demo_dataset(out, num_train=num_train, num_val=8, size=96)
     return out

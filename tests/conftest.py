@@ -14,7 +14,7 @@ DEMO_CONFIG = osp.join(ROOT, 'configs', 'demo', 'td-hm_res18_1xb32-30e_demo-64x6
 @pytest.fixture(scope='session')
 def demo_data(tmp_path_factory) -> str:
     """A small demo dataset (64 train / 16 val images), shared by the training tests."""
-    from mmddp_ext.demo_data import make_demo_dataset
+    from mmddp_ext.demo import make_demo_dataset
     out = str(tmp_path_factory.mktemp('demo_coco'))
     make_demo_dataset(out, num_train=64, num_val=16, size=96, seed=0)
     return out

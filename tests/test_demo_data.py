@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from xtcocotools.coco import COCO
 
-from mmddp_ext.demo_data import KEYPOINT_NAMES, make_demo_dataset
+from mmddp_ext.demo import KEYPOINT_NAMES, make_demo_dataset
 
 
 def _digest(root):

@@ -13,7 +13,7 @@ import pytest
 import torch
 from pycocotools.coco import COCO
 
-from mmddp_ext.demo_det_data import CLASSES, make_demo_det_dataset
+from mmddp_ext.demo import CLASSES, make_demo_det_dataset
 
 from conftest import ROOT, check_ok, demo_options, run
 

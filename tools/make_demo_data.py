@@ -30,9 +30,9 @@ def main() -> None:
     n_train = d['num_train'] if args.num_train is None else args.num_train
     n_val = d['num_val'] if args.num_val is None else args.num_val
     if args.task == 'pose':
-        from mmddp_ext.demo_data import make_demo_dataset as make
+        from mmddp_ext.demo import make_demo_dataset as make
     else:
-        from mmddp_ext.demo_det_data import make_demo_det_dataset as make
+        from mmddp_ext.demo import make_demo_det_dataset as make
     t0 = time.time()
     files = make(out, num_train=n_train, num_val=n_val, size=args.size, seed=args.seed)
     print(f'wrote {n_train} train + {n_val} val {args.task} images of {args.size}x{args.size} '

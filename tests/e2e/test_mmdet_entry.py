@@ -19,7 +19,7 @@ NUM_TRAIN = 24
 @pytest.fixture(scope='module')
 def det_data(tmp_path_factory) -> str:
     """24 train / 8 val images at 128x128."""
-    from mmddp_ext.demo_det_data import make_demo_det_dataset
+    from mmddp_ext.demo import make_demo_det_dataset
     out = str(tmp_path_factory.mktemp('demo_det_entry'))
     make_demo_det_dataset(out, num_train=NUM_TRAIN, num_val=8, size=128, seed=0)
     return out

@@ -1,6 +1,6 @@
 # Example: MMDetection's RetinaNet (inherited from the installed mmdet package), shrunk to a
 # from-scratch ResNet-18 at 128x128, 1 device x batch 4 (`1xb4`, also the LR's reference batch),
-# trained on a CPU in minutes on mmddp_ext.demo_det_data's 3-class coloured shapes (COCO bbox mAP).
+# trained on a CPU in minutes on mmddp_ext.demo.det's 3-class coloured shapes (COCO bbox mAP).
 _base_ = ['mmdet::retinanet/retinanet_r50_fpn_1x_coco.py']
 
 custom_imports = dict(imports=['mmddp_ext'], allow_failed_imports=False)
@@ -11,7 +11,7 @@ runner_type = 'DDPRunner'
 
 # data: python tools/make_demo_data.py --task det
 data_root = 'data/demo_det/'
-classes = ('square', 'circle', 'triangle')  # == mmddp_ext.demo_det_data.CLASSES, ids 1..3
+classes = ('square', 'circle', 'triangle')  # == mmddp_ext.demo.det.CLASSES, ids 1..3
 metainfo = dict(classes=classes)
 img_scale = (128, 128)
 

@@ -9,7 +9,7 @@ clipped to the image.
 
 Example::
 
-    >>> from mmddp_ext.demo_data import make_demo_dataset
+    >>> from mmddp_ext.demo import make_demo_dataset
     >>> paths = make_demo_dataset('data/demo_coco', num_train=320, num_val=80, seed=0)
     >>> sorted(paths)
     ['train', 'val']

@@ -15,7 +15,7 @@ Layout (what MMDetection's ``CocoDataset`` reads with ``data_prefix=dict(img='<s
 
 Example::
 
-    >>> from mmddp_ext.demo_det_data import make_demo_det_dataset
+    >>> from mmddp_ext.demo import make_demo_det_dataset
     >>> paths = make_demo_det_dataset('data/demo_det', num_train=200, num_val=50, seed=0)
     >>> sorted(paths)
     ['train', 'val']
@@ -27,7 +27,7 @@ from typing import Dict, List, Tuple
 import cv2
 import numpy as np
 
-from .demo_data import check_sizes, write_annotations
+from .pose import check_sizes, write_annotations
 
 CLASSES = ('square', 'circle', 'triangle')
 # Per class, the (low, high) range of each BGR channel of the fill colour.
