@@ -18,6 +18,8 @@ import os
 import os.path as osp
 from typing import Any, Dict
 
+from .utils.io import atomic_write_text
+
 RANKS_DIR = 'ranks'
 
 
@@ -37,11 +39,9 @@ def stacks_path(work_dir: str, rank: int) -> str:
 
 
 def write_progress(path: str, state: Dict[str, Any]) -> None:
-    """Replace the progress file with ``state`` (write a sibling, then rename: never half)."""
-    tmp = f'{path}.tmp'
-    with open(tmp, 'w') as f:
-        json.dump(state, f)
-    os.replace(tmp, path)
+    """Replace the progress file with ``state`` atomically (never half a file); without fsync:
+    it is rewritten every iteration, and a dead process does not lose what it wrote."""
+    atomic_write_text(path, json.dumps(state), durable=False)
 
 
 def read_ranks(work_dir: str) -> Dict[int, Dict[str, Any]]:

@@ -23,6 +23,8 @@ from typing import Dict, List, Sequence, Tuple
 import cv2
 import numpy as np
 
+from ..utils.io import atomic_write_text
+
 KEYPOINT_NAMES = ('nose', 'left_eye', 'right_eye', 'left_ear', 'right_ear', 'left_shoulder',
                   'right_shoulder', 'left_elbow', 'right_elbow', 'left_wrist', 'right_wrist',
                   'left_hip', 'right_hip', 'left_knee', 'right_knee', 'left_ankle',
@@ -137,10 +139,7 @@ def make_split(out_dir: str, split: str, num_images: int, size: int, seed: int) 
 def write_annotations(out_dir: str, split: str, coco: Dict) -> str:
     """Write ``<out_dir>/annotations/<split>.json`` atomically; returns its path."""
     ann_file = osp.join(out_dir, 'annotations', f'{split}.json')
-    tmp = ann_file + '.tmp'
-    with open(tmp, 'w') as f:
-        json.dump(coco, f)
-    os.replace(tmp, ann_file)  # a reader never sees a half-written annotation file
+    atomic_write_text(ann_file, json.dumps(coco))  # never a half-written annotation file
     return ann_file
 
 
