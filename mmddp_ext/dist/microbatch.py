@@ -38,7 +38,7 @@ from mmengine.registry import MODEL_WRAPPERS
 
 from ..memory.budget import ranks_out_of_memory, release_memory
 from ..memory.oom import is_oom_error
-from ..scaling.search import batch_length, split_batch
+from ..utils.batch import batch_length, split_batch
 
 CHUNK_BYTES = 25 * 2 ** 20
 

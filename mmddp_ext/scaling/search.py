@@ -1,4 +1,4 @@
-"""Find the largest per-device batch that fits, and split batches into micro-batches (pure).
+"""Find the largest per-device batch that fits (pure).
 
 :func:`search_max_batch` is the search behind ``scaling.max_batch_per_device='auto'``. It knows
 nothing of torch or of ranks: ``fits(batch)`` runs one trial and returns the answer *all ranks
@@ -8,8 +8,8 @@ that a bisection between the largest batch known to fit and the smallest known t
 most ``1 + ceil(log2(upper))`` trials are run.
 
 :func:`cache_key` names what a measured result depends on, so a restarted run reuses it and a
-changed model, input pipeline, device or budget measures again. :func:`micro_batch_sizes`
-splits a batch for ``scaling.on_oom='microbatch'``. Pure standard library.
+changed model, input pipeline, device or budget measures again. (Cutting a batch into
+micro-batches is :mod:`mmddp_ext.utils.batch`.) Pure standard library.
 """
 import hashlib
 import json
@@ -121,59 +121,3 @@ def cache_key(facts: Mapping[str, Any]) -> str:
     turned into strings)."""
     text = json.dumps(facts, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def micro_batch_sizes(batch: int, parts: int) -> List[int]:
-    """Split ``batch`` samples into ``min(parts, batch)`` micro-batches as even as possible,
-    larger ones first: ``micro_batch_sizes(10, 4) == [3, 3, 2, 2]``."""
-    if batch < 1 or parts < 1:
-        raise ValueError(f'batch={batch!r} and parts={parts!r} must be positive ints')
-    parts = min(parts, batch)
-    size, extra = divmod(batch, parts)
-    return [size + 1] * extra + [size] * (parts - extra)
-
-
-def batch_length(data: Any) -> Optional[int]:
-    """The number of samples in a collated batch: the length of its first sequence or tensor
-    (``{'inputs': [...], 'data_samples': [...]}`` from ``pseudo_collate``, or stacked tensors
-    from ``default_collate``); None when there is none."""
-    if isinstance(data, Mapping):
-        for value in data.values():
-            length = batch_length(value)
-            if length is not None:
-                return length
-        return None
-    if isinstance(data, (str, bytes)):
-        return None
-    if isinstance(data, (list, tuple)) or hasattr(data, 'shape'):
-        return len(data)
-    return None
-
-
-def slice_batch(data: Any, start: int, stop: int, length: int) -> Any:
-    """Samples ``start:stop`` of a collated batch of ``length`` samples: every sequence or
-    tensor of that length is sliced, everything else is kept as it is."""
-    if isinstance(data, Mapping):
-        return type(data)((k, slice_batch(v, start, stop, length)) for k, v in data.items())
-    if isinstance(data, (str, bytes)):
-        return data
-    if (isinstance(data, (list, tuple)) or hasattr(data, 'shape')) and len(data) == length:
-        return data[start:stop]
-    return data
-
-
-def split_batch(data: Any, parts: int) -> List[Any]:
-    """A collated batch as ``parts`` micro-batches (see :func:`micro_batch_sizes`).
-
-    Raises:
-        ValueError: when the batch holds no sequence or tensor to split.
-    """
-    length = batch_length(data)
-    if length is None:
-        raise ValueError(f'cannot split a batch of type {type(data).__name__} into '
-                         f'micro-batches: expected a dict of sequences or tensors')
-    out, start = [], 0
-    for size in micro_batch_sizes(length, parts):
-        out.append(slice_batch(data, start, start + size, length))
-        start += size
-    return out

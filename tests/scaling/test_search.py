@@ -5,10 +5,8 @@ import math
 import os.path as osp
 
 import pytest
-import torch
 
-from mmddp_ext.scaling.search import (SearchResult, Trial, batch_length, cache_key, max_trials,
-                                      micro_batch_sizes, search_max_batch, split_batch)
+from mmddp_ext.scaling.search import SearchResult, Trial, cache_key, max_trials, search_max_batch
 
 from conftest import PYTHON, check_ok, run
 
@@ -65,26 +63,6 @@ def test_cache_key_is_stable_and_changes_with_what_matters():
     assert cache_key(facts) == cache_key(dict(reversed(list(facts.items()))))
     for key, value in [('budget_mib', 2000), ('world', 4), ('model', dict(depth=50))]:
         assert cache_key({**facts, key: value}) != cache_key(facts)
-
-
-@pytest.mark.parametrize('batch, parts, sizes', [
-    (10, 4, [3, 3, 2, 2]), (16, 2, [8, 8]), (3, 8, [1, 1, 1]), (1, 1, [1]), (7, 1, [7])])
-def test_micro_batch_sizes(batch, parts, sizes):
-    assert micro_batch_sizes(batch, parts) == sizes and sum(sizes) == batch
-
-
-def test_split_batch_slices_sample_lists_and_tensors_alike():
-    pseudo = dict(inputs=[torch.full((3, 2, 2), i) for i in range(5)],
-                  data_samples=[f's{i}' for i in range(5)], meta='kept')
-    parts = split_batch(pseudo, 2)
-    assert [batch_length(p) for p in parts] == [3, 2]
-    assert parts[1]['data_samples'] == ['s3', 's4'] and parts[1]['meta'] == 'kept'
-    stacked = dict(inputs=torch.arange(10).reshape(5, 2), data_samples=list('abcde'))
-    first, second = split_batch(stacked, 2)
-    assert first['inputs'].tolist() == [[0, 1], [2, 3], [4, 5]] and second['data_samples'] == [
-        'd', 'e']
-    with pytest.raises(ValueError, match='cannot split a batch of type int'):
-        split_batch(3, 2)
 
 
 # per case: (limit of rank 0, limit of rank 1), the largest batch that fits on that rank alone
