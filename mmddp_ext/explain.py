@@ -22,8 +22,7 @@ from .memory.forecast import (Cause, Forecast, ForecastError, build_forecast, fi
 from .memory.nvml import NvmlProcessTableReader, physical_device_index
 from .runner.ddp_runner import plans
 from .runner.probe import measure_steps, reserve_bytes
-from .scaling.apply import apply_plan, plan_for_config
-from .scaling.config import parse_scaling
+from .scaling.apply import apply_plan, plan_for_config, scaling_of
 from .scaling.plan import ScalingPlan
 from .utils.units import MIB
 
@@ -127,7 +126,7 @@ def _stray(device: Any, ranks_per_node: int) -> Cause:
 
 def _ddp_causes(cfg: Any, cuda: bool, grad_mib: float) -> List[Cause]:
     """What the DDP wrapper the run would build adds per rank."""
-    policy = parse_scaling(cfg.get('scaling')).oom_policy
+    policy = scaling_of(cfg).oom_policy
     wrapper = ddp_wrapper_cfg(cfg, cuda, 0, policy)
     kind = wrapper.get('type', 'MMDistributedDataParallel')
     bucket_mib = min(float(wrapper.get('bucket_cap_mb', 25)), grad_mib)

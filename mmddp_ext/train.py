@@ -20,7 +20,7 @@ from .dist.launch import init_distributed, launch_workers, pin_device, shutdown
 from .dist.wrapper import ddp_wrapper_cfg
 from .errors import UserError
 from .failures import clear_failure, record_failure
-from .scaling.apply import check_runtime_for_config, plan_for_config
+from .scaling.apply import check_runtime_for_config, plan_for_config, scaling_of
 from .utils.config import load_config
 
 
@@ -76,8 +76,9 @@ def check_config(cfg: Config, world_size: int, distributed: bool) -> None:
     from .runner.ddp_runner import plans
     check_runner_type(cfg)
     if plans(cfg.get('runner_type')):
-        plan_for_config(cfg, world_size)
-        check_runtime_for_config(cfg, _visible_gpus() > 0, distributed)
+        scaling = scaling_of(cfg)
+        plan_for_config(cfg, world_size, scaling=scaling)
+        check_runtime_for_config(cfg, _visible_gpus() > 0, distributed, scaling)
 
 
 def build_runner(cfg: Config):

@@ -101,7 +101,7 @@ def _measure(cfg: Any, scaling: ScalingConfig, launcher: str,
         return None, None
     from .probe import cache_location, find_max_batch
     _init_process_group(launcher, cfg.get('env_cfg'))
-    loose = plan_for_config(cfg, world_size, max_batch_per_device=2 ** 31)
+    loose = plan_for_config(cfg, world_size, max_batch_per_device=2 ** 31, scaling=scaling)
     upper = loose.per_device_batch_size * loose.accumulative_counts
     found = find_max_batch(cfg, world_size, upper, budget, scaling.memory_budget_mib, device)
     return found.max_batch, cache_location(cfg, world_size, upper, device,
@@ -198,7 +198,8 @@ class DDPRunner(Runner):
         plan, changes, stored = None, [], None
         if training:
             measured, stored = _measure(cfg, scaling, launcher, world_size)
-            plan = plan_for_config(cfg, world_size, max_batch_per_device=measured)
+            plan = plan_for_config(cfg, world_size, max_batch_per_device=measured,
+                                   scaling=scaling)
             changes = apply_plan(cfg, plan)
         hooks = list(cfg.get('custom_hooks') or [])
         for default in DEFAULT_HOOKS:

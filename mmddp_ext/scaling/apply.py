@@ -51,15 +51,29 @@ def read_facts(cfg: Any, auto_scale_lr_flag: bool = False) -> ConfigFacts:
         lrs=_lrs(optim_wrapper))
 
 
-def check_runtime_for_config(cfg: Any, cuda: bool, distributed: bool) -> ScalingConfig:
-    """Parse ``cfg.scaling`` and check it can be honoured on this run (see
-    :func:`mmddp_ext.scaling.config.check_runtime`).
+def scaling_of(cfg: Any) -> ScalingConfig:
+    """The config's ``scaling`` block, parsed and validated (once per run: pass the result to
+    :func:`check_runtime_for_config` and :func:`plan_for_config`).
+
+    Raises:
+        ScalingError: naming the key, the value and the fix.
+    """
+    try:
+        return parse_scaling(cfg.get('scaling'))
+    except ValueError as e:
+        raise ScalingError(str(e)) from e
+
+
+def check_runtime_for_config(cfg: Any, cuda: bool, distributed: bool,
+                             scaling: Optional[ScalingConfig] = None) -> ScalingConfig:
+    """Check that ``cfg.scaling`` (parsed here unless given) can be honoured on this run (see
+    :func:`mmddp_ext.scaling.config.check_runtime`); returns the parsed block.
 
     Raises:
         ScalingError: naming the setting and the fix.
     """
+    scaling = scaling_of(cfg) if scaling is None else scaling
     try:
-        scaling = parse_scaling(cfg.get('scaling'))
         check_runtime(scaling, cuda, distributed)
     except ValueError as e:
         raise ScalingError(str(e)) from e
@@ -67,16 +81,20 @@ def check_runtime_for_config(cfg: Any, cuda: bool, distributed: bool) -> Scaling
 
 
 def plan_for_config(cfg: Any, world_size: int, auto_scale_lr_flag: bool = False,
-                    max_batch_per_device: Optional[int] = None) -> ScalingPlan:
-    """Parse ``cfg.scaling`` and plan for ``world_size`` processes.
+                    max_batch_per_device: Optional[int] = None,
+                    scaling: Optional[ScalingConfig] = None) -> ScalingPlan:
+    """Parse ``cfg.scaling`` (unless the parsed block ``scaling`` is given: a run parses it
+    once, with :func:`scaling_of`, and passes it down) and plan for ``world_size`` processes.
 
     Raises:
         ScalingError: a bad ``scaling`` block or config value, or a global batch that
             ``world_size`` cannot share (the message names the value and the fix).
     """
     try:
-        return make_plan(parse_scaling(cfg.get('scaling')), read_facts(cfg, auto_scale_lr_flag),
-                         world_size, max_batch_per_device)
+        if scaling is None:
+            scaling = parse_scaling(cfg.get('scaling'))
+        return make_plan(scaling, read_facts(cfg, auto_scale_lr_flag), world_size,
+                         max_batch_per_device)
     except ScalingError:
         raise
     except ValueError as e:
