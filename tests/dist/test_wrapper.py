@@ -1,0 +1,40 @@
+"""The DDP wrapper config (pure): lean defaults, the config's own keys win, other wrappers are
+left alone, and MicrobatchDDP with on_oom='microbatch'."""
+import pytest
+from mmengine.config import Config
+
+from mmddp_ext.dist.wrapper import buffer_sync_key, ddp_wrapper_cfg
+from mmddp_ext.errors import ScalingError
+
+
+def _cfg(**extra) -> Config:
+    return Config(dict(model=dict(type='ToyModel'), **extra))
+
+
+@pytest.mark.parametrize('cuda,local_rank,device_ids', [(True, 3, [3]), (False, 3, None)])
+def test_lean_defaults(cuda, local_rank, device_ids):
+    wrapper = ddp_wrapper_cfg(_cfg(), cuda, local_rank)
+    assert wrapper == {'type': 'MMDistributedDataParallel', 'find_unused_parameters': False,
+                       'gradient_as_bucket_view': True, 'device_ids': device_ids,
+                       buffer_sync_key(): False}
+
+
+def test_the_configs_own_keys_win():
+    own = dict(gradient_as_bucket_view=False, broadcast_buffers=True, bucket_cap_mb=50)
+    wrapper = ddp_wrapper_cfg(_cfg(model_wrapper_cfg=own, find_unused_parameters=True),
+                              False, 0)
+    assert wrapper['gradient_as_bucket_view'] is False and wrapper['bucket_cap_mb'] == 50
+    assert wrapper['find_unused_parameters'] is True
+    assert wrapper['broadcast_buffers'] is True and 'forward_sync_buffers' not in wrapper
+
+
+def test_microbatch_guard():
+    wrapper = ddp_wrapper_cfg(_cfg(), False, 0, on_oom='microbatch')
+    assert wrapper['type'] == 'MicrobatchDDP' and wrapper['broadcast_buffers'] is False
+
+
+def test_other_wrappers_are_left_alone_unless_the_guard_needs_ddp():
+    fsdp = dict(type='MMFullyShardedDataParallel', cpu_offload=True)
+    assert ddp_wrapper_cfg(_cfg(model_wrapper_cfg=fsdp), True, 0) == fsdp
+    with pytest.raises(ScalingError, match="model_wrapper_cfg.type='MMFullyShardedDataParallel'"):
+        ddp_wrapper_cfg(_cfg(model_wrapper_cfg=fsdp), True, 0, on_oom='microbatch')
