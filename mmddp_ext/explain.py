@@ -5,7 +5,7 @@ Without ``--memory`` it touches neither data nor GPU; prints a readable summary,
 with at least the keys of :data:`JSON_KEYS`.
 
 With ``--memory`` (:func:`forecast_memory`) it also runs a few real training steps of one
-process on this machine's device (the batch finder's trial, :class:`mmddp_ext.runner.probe.
+process on this machine's device (the batch finder's trial, :class:`mmddp_ext.runner.batch_finder.
 Trials`), fits ``peak ≈ fixed + per_sample × batch`` (:mod:`mmddp_ext.memory.forecast`) and
 adds, per rank, what DDP and the process bring; ``--json`` puts it under ``memory``.
 """
@@ -20,8 +20,8 @@ from .memory.budget import Budget
 from .memory.forecast import (Cause, Forecast, ForecastError, build_forecast, fit_line, parse_size,
                               render_forecast, trial_batches)
 from .memory.nvml import NvmlProcessTableReader, physical_device_index
+from .runner.batch_finder import measure_steps, reserve_bytes
 from .runner.ddp_runner import plans
-from .runner.probe import measure_steps, reserve_bytes
 from .scaling.apply import apply_plan, plan_for_config, scaling_of
 from .scaling.plan import ScalingPlan
 from .utils.units import MIB

@@ -103,7 +103,7 @@ class ScalingHook(Hook):
                 f'samples (global batch {plan.global_batch_size} and LR unchanged)')
         stored = getattr(runner, 'batch_probe', None)
         if stored is not None:
-            from ..runner.probe import correct_cache
+            from ..runner.batch_finder import correct_cache
             correct_cache(stored[0], stored[1], now,
                           f'training ran out of memory at per-device batch '
                           f'{math.ceil(batch / (micro // 2))}')

@@ -1,7 +1,7 @@
 """Forecast the memory of every rank of a DDP run before training (pure arithmetic).
 
 ``dist_train.py CONFIG --explain --memory`` measures a few real training steps of one process
-(:func:`mmddp_ext.runner.probe.measure_steps`) and hands the numbers to this module, which
+(:func:`mmddp_ext.runner.batch_finder.measure_steps`) and hands the numbers to this module, which
 knows nothing of torch:
 
 * :func:`fit_line` fits ``peak ≈ fixed + per_sample × batch`` through the measured points by
@@ -9,7 +9,7 @@ knows nothing of torch:
   :data:`LINEARITY`); if they do not, a range (the smallest and the largest slope between
   neighbouring points) is given instead of one number;
 * :func:`largest_batch` is the largest per-device batch that fits a device with the batch
-  finder's headroom (the reserve of :func:`mmddp_ext.runner.probe.reserve_bytes`);
+  finder's headroom (the reserve of :func:`mmddp_ext.runner.batch_finder.reserve_bytes`);
 * :func:`build_forecast` adds what every rank holds beyond the fit (:class:`Cause`: the
   per-process context, DDP's gradient-bucket copy, communication buffers, stray contexts)
   and returns a :class:`Forecast`;

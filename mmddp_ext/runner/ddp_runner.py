@@ -10,7 +10,7 @@ train is built as MMEngine's Runner builds it):
    environment (validated by :mod:`mmddp_ext.dist.env`);
 2. the ``scaling`` block is parsed; ``memory_budget_mib`` is enforced and, with
    ``max_batch_per_device='auto'``, the per-device batch that fits on every rank is measured
-   (:mod:`mmddp_ext.runner.probe`); then the block is planned (:mod:`mmddp_ext.scaling`) and
+   (:mod:`mmddp_ext.runner.batch_finder`); then the block is planned (:mod:`mmddp_ext.scaling`) and
    applied to a copy of the config; ``auto_scale_lr.enable`` is switched off afterwards
    because the plan already includes MMEngine's rule (with accumulation) — so there is no
    double scaling;
@@ -84,7 +84,7 @@ def _init_process_group(launcher: str, env_cfg: Optional[dict]) -> None:
 def _measure(cfg: Any, scaling: ScalingConfig, launcher: str,
              world_size: int) -> Tuple[Optional[int], Optional[tuple]]:
     """Apply ``scaling.memory_budget_mib`` and, for ``max_batch_per_device='auto'``, measure
-    the per-device batch that fits on every rank (:mod:`mmddp_ext.runner.probe`).
+    the per-device batch that fits on every rank (:mod:`mmddp_ext.runner.batch_finder`).
 
     Returns:
         The measured batch (or None) and where it is stored, ``(path, key)`` (or None).
@@ -99,7 +99,7 @@ def _measure(cfg: Any, scaling: ScalingConfig, launcher: str,
     budget = apply_budget(scaling.memory_budget_mib, device)
     if not scaling.probe:
         return None, None
-    from .probe import cache_location, find_max_batch
+    from .batch_finder import cache_location, find_max_batch
     _init_process_group(launcher, cfg.get('env_cfg'))
     loose = plan_for_config(cfg, world_size, max_batch_per_device=2 ** 31, scaling=scaling)
     upper = loose.per_device_batch_size * loose.accumulative_counts
