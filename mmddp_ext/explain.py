@@ -20,8 +20,9 @@ from .memory.budget import Budget
 from .memory.forecast import (Cause, Forecast, ForecastError, build_forecast, fit_line, parse_size,
                               render_forecast, trial_batches)
 from .memory.nvml import NvmlProcessTableReader, physical_device_index
-from .runner.batch_finder import measure_steps, reserve_bytes
+from .runner.batch_finder import reserve_bytes
 from .runner.ddp_runner import plans
+from .runner.trials import measure_steps
 from .scaling.apply import apply_plan, plan_for_config, scaling_of
 from .scaling.plan import ScalingPlan
 from .utils.units import MIB

@@ -1,7 +1,7 @@
 """Forecast the memory of every rank of a DDP run before training (pure arithmetic).
 
 ``dist_train.py CONFIG --explain --memory`` measures a few real training steps of one process
-(:func:`mmddp_ext.runner.batch_finder.measure_steps`) and hands the numbers to this module, which
+(:func:`mmddp_ext.runner.trials.measure_steps`) and hands the numbers to this module, which
 knows nothing of torch:
 
 * :func:`fit_line` fits ``peak ≈ fixed + per_sample × batch`` through the measured points by
