@@ -4,9 +4,10 @@ and ``tools/dist_train.sh`` (``torch.distributed.launch --launcher pytorch``), a
 with mmpose, on a CPU. Each must get the plan and both hooks."""
 import os.path as osp
 import re
-import socket
 
 import pytest
+
+from mmddp_ext.dist.launch import find_free_port
 
 from conftest import DEMO_CONFIG, PYTHON, check_ok, demo_options, run
 
@@ -14,12 +15,6 @@ from conftest import DEMO_CONFIG, PYTHON, check_ok, demo_options, run
 def _mmpose_tools() -> str:
     import mmpose
     return osp.join(osp.dirname(mmpose.__file__), '.mim', 'tools')
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def _check_planned(out: str, world: int) -> None:
@@ -45,6 +40,6 @@ def test_mmpose_train_py_builds_the_configs_runner(demo_data, tmp_path):
 def test_mmpose_dist_train_sh_on_cpu(demo_data, tmp_path):
     out = check_ok(run(['bash', osp.join(_mmpose_tools(), 'dist_train.sh'), DEMO_CONFIG, '2',
                         '--work-dir', str(tmp_path / 'w'), *demo_options(demo_data, 1)],
-                       cwd=str(tmp_path), env=dict(PORT=str(_free_port()))))
+                       cwd=str(tmp_path), env=dict(PORT=str(find_free_port()))))
     _check_planned(out, 2)
     assert out.count('[mmddp_ext] process group: gloo') == 2        # one per rank, on a CPU

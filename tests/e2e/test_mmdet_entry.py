@@ -5,9 +5,10 @@ each must get the plan and both hooks, and train."""
 import math
 import os.path as osp
 import re
-import socket
 
 import pytest
+
+from mmddp_ext.dist.launch import find_free_port
 
 from conftest import PYTHON, ROOT, check_ok, demo_options, run
 
@@ -28,12 +29,6 @@ def det_data(tmp_path_factory) -> str:
 def _mmdet_tools() -> str:
     import mmdet
     return osp.join(osp.dirname(mmdet.__file__), '.mim', 'tools')
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def _check_trained(out: str, world: int) -> None:
@@ -66,6 +61,6 @@ def test_mmdet_train_py_builds_the_configs_runner(det_data, tmp_path):
 def test_mmdet_dist_train_sh_on_cpu(det_data, tmp_path):
     out = check_ok(run(['bash', osp.join(_mmdet_tools(), 'dist_train.sh'), DET_CONFIG, '2',
                         '--work-dir', str(tmp_path / 'w'), *demo_options(det_data, 1)],
-                       cwd=str(tmp_path), env=dict(PORT=str(_free_port()))))
+                       cwd=str(tmp_path), env=dict(PORT=str(find_free_port()))))
     _check_trained(out, 2)
     assert out.count('[mmddp_ext] process group: gloo') == 2         # one per rank, on a CPU
