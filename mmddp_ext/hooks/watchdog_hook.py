@@ -126,7 +126,10 @@ class HangWatchdogHook(Hook):
             faulthandler.unregister(signal.SIGTERM)
         faulthandler.disable()
         if self._was_enabled:  # as it was (e.g. PYTHONFAULTHANDLER=1): to stderr
-            faulthandler.enable()
+            try:
+                faulthandler.enable()
+            except (RuntimeError, ValueError, OSError):  # stderr without a file descriptor
+                pass
         path = self._stack_file.name
         self._stack_file.close()
         self._stack_file = None
