@@ -1,9 +1,18 @@
 """One-screen summary of a failed run: ``python -m mmddp_ext.diagnose WORK_DIR``.
 
-Reads the per-rank records written by the training entry (``<work_dir>/failures/``) and names
-the first failing rank, the exception and where the full traceback is. ``tools/dist_train.sh``
-runs it after a non-zero exit as ``python -m mmddp_ext.diagnose --train-args CONFIG ARGS...``,
-which finds the work dir the same way ``dist_train.py`` does.
+Reads what the run left behind and names the rank, the cause and the fix, in this order:
+
+* a rank killed by a signal (the launcher's report, ``--launch-report``; kept in
+  ``<work_dir>/ranks/launch.json``): its pid, signal, last iteration and memory
+  (:mod:`mmddp_ext.deaths`);
+* a hang (a watchdog stack dump in ``<work_dir>/ranks/``, or a collective timeout): the rank
+  that did not arrive and where it was, the ranks that waited (:mod:`mmddp_ext.stacks`);
+* else the per-rank failure records (``<work_dir>/failures/``): the first rank that failed by
+  itself (not one that only lost its peer), the exception and where the full traceback is.
+
+``tools/dist_train.sh`` runs it after a non-zero exit as ``python -m mmddp_ext.diagnose
+--launch-report PATH --train-args CONFIG ARGS...``, which finds the work dir the same way
+``dist_train.py`` does.
 """
 import argparse
 import datetime
@@ -15,12 +24,10 @@ from typing import Dict, List, Optional
 
 from .deaths import LAUNCHER_STOP, death_lines, host_memory_total, kernel_log, signal_name
 from .failures import failure_dir, read_failures
-from .progress import ranks_dir, read_ranks, stacks_path
+from .progress import launch_report_path, ranks_dir, read_ranks, stacks_path
 from .stacks import main_frames, parse_dump, split_ranks
 from .utils.io import atomic_write_text
 from .utils.units import format_mib
-
-LAUNCH_REPORT = 'launch.json'  # the launcher's failure report, kept beside the progress files
 
 
 def _first_lines(text: str, n: int = 3, width: int = 300) -> List[str]:
@@ -164,7 +171,7 @@ def _seconds(hms: str) -> str:
 
 def _read_launch(work_dir: str) -> List[Dict]:
     try:
-        with open(osp.join(ranks_dir(work_dir), LAUNCH_REPORT)) as f:
+        with open(launch_report_path(work_dir)) as f:
             data = json.load(f)
         return data if isinstance(data, list) else []
     except (OSError, ValueError):
@@ -183,7 +190,7 @@ def keep_launch_report(work_dir: str, path: str) -> List[Dict]:
     if osp.isdir(work_dir):
         try:
             os.makedirs(ranks_dir(work_dir), exist_ok=True)
-            atomic_write_text(osp.join(ranks_dir(work_dir), LAUNCH_REPORT), json.dumps(data))
+            atomic_write_text(launch_report_path(work_dir), json.dumps(data))
         except OSError:
             pass
     return data

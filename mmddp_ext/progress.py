@@ -21,6 +21,7 @@ from typing import Any, Dict
 from .utils.io import atomic_write_text
 
 RANKS_DIR = 'ranks'
+LAUNCH_REPORT = 'launch.json'  # the launcher's failure report, kept by the diagnosis
 
 
 def ranks_dir(work_dir: str) -> str:
@@ -36,6 +37,11 @@ def progress_path(work_dir: str, rank: int) -> str:
 def stacks_path(work_dir: str, rank: int) -> str:
     """This rank's stack dump (written by :mod:`faulthandler`)."""
     return osp.join(ranks_dir(work_dir), f'rank{rank}.stacks.txt')
+
+
+def launch_report_path(work_dir: str) -> str:
+    """Where the diagnosis keeps the launcher's failure report of the last failed run."""
+    return osp.join(ranks_dir(work_dir), LAUNCH_REPORT)
 
 
 def write_progress(path: str, state: Dict[str, Any]) -> None:

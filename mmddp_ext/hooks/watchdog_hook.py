@@ -12,7 +12,7 @@ from typing import Any, Deque, Dict, Optional, Sequence
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-from ..progress import progress_path, ranks_dir, stacks_path, write_progress
+from ..progress import launch_report_path, progress_path, ranks_dir, stacks_path, write_progress
 
 
 def watchdog_bound(iter_seconds: Sequence[float], timeout: Optional[float], factor: float,
@@ -103,6 +103,11 @@ class HangWatchdogHook(Hook):
         rank = runner.rank
         os.makedirs(ranks_dir(runner.work_dir), exist_ok=True)
         self._path = progress_path(runner.work_dir, rank)
+        if rank == 0:  # a failed earlier run's launcher report is not news about this one
+            try:
+                os.remove(launch_report_path(runner.work_dir))
+            except FileNotFoundError:
+                pass
         self.state = dict(rank=rank, world_size=runner.world_size, run=runner.timestamp,
                           pid=os.getpid(), host=socket.gethostname(),
                           main_thread=threading.main_thread().ident, phase='start',
