@@ -97,6 +97,7 @@ class HangWatchdogHook(Hook):
         self._last_tick: Optional[float] = None
         self._announced = False
         self._was_enabled = False
+        self._process = None  # psutil.Process of this rank, made once
 
     # ---- set-up and tear-down ----
     def before_run(self, runner) -> None:
@@ -216,8 +217,10 @@ class HangWatchdogHook(Hook):
             return
         self.state['time'] = time.time()
         try:
-            import psutil
-            self.state['rss'] = psutil.Process().memory_info().rss
+            if self._process is None:
+                import psutil
+                self._process = psutil.Process()
+            self.state['rss'] = self._process.memory_info().rss
         except Exception:  # progress must never stop training
             pass
         try:
