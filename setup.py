@@ -61,8 +61,10 @@ if __name__ == '__main__':
         package_data={'mmddp_ext': ['.mim/model-index.yml', '.mim/configs/**/*.py']},
         python_requires='>=3.8',
         install_requires=read_requirements('runtime.txt'),
-        extras_require={'tests': read_requirements('tests.txt'),
-                        'demo': read_requirements('demo.txt')},
+        extras_require={
+            'tests': read_requirements('tests.txt'),
+            'demo': read_requirements('demo.txt')
+        },
         license='Apache License 2.0',
         zip_safe=False,
     )

@@ -35,8 +35,8 @@ def variants(data: str, epochs: int) -> dict:
     with open(limited, 'w') as f:
         f.write(LIMITED.format(base=CONFIG))
     # training only: the last epoch's validation (batch 32, not probed) is skipped
-    base = data_options(data, epochs) + ['scaling.global_batch_size=64',
-                                         f'train_cfg.val_begin={epochs + 1}']
+    base = data_options(
+        data, epochs) + ['scaling.global_batch_size=64', f'train_cfg.val_begin={epochs + 1}']
     auto = ['scaling.max_batch_per_device=auto', 'scaling.memory_budget_mib=3000']
     tight = dict(MMDDP_TEST_LIMIT='1:1030')
     return {
@@ -45,26 +45,27 @@ def variants(data: str, epochs: int) -> dict:
         'auto_tight': (limited, base + auto, tight),
         'auto_cached': (limited, base + auto, tight),  # reuses auto_tight's work_dir
         'microbatch_off': (CONFIG, base + ['scaling.max_batch_per_device=16'], None),
-        'microbatch_on': (CONFIG, base + ['scaling.max_batch_per_device=16',
-                                          'scaling.on_oom=microbatch'], None),
+        'microbatch_on':
+        (CONFIG, base + ['scaling.max_batch_per_device=16', 'scaling.on_oom=microbatch'], None),
     }
 
 
 def run_once(name: str, spec: tuple, work: str) -> dict:
     config, options, env = spec
-    r = watch(['bash', 'tools/dist_train.sh', config, '2', '--work-dir', work,
-               '--cfg-options', *options], env=env)
+    r = watch(
+        ['bash', 'tools/dist_train.sh', config, '2', '--work-dir', work, '--cfg-options', *options],
+        env=env)
     log = r.pop('log')
     found = FOUND.search(log)
     plan = re.search(r'plan +(per-GPU batch .*)', log)
     times = iteration_times(work, skip=2)
-    r.update(iter_time=spread(times), plan=plan[1] if plan else None,
-             finder=None if not found else dict(
-                 max_batch=int(found[1]), trials=int(found[2]) if found[2] else 0,
-                 seconds=float(found[3]) if found[3] else 0.0))
-    print(f'{name:15s} rc {r["rc"]} finder {r["finder"]} first iteration {r["first_iter_s"]} '
-          f's, iteration {r["iter_time"]["median"]} s, peak RSS {r["peak_rss_mib"]}',
-          flush=True)
+    r.update(
+        iter_time=spread(times), plan=plan[1] if plan else None, finder=None if not found else dict(
+            max_batch=int(found[1]), trials=int(found[2]) if found[2] else 0,
+            seconds=float(found[3]) if found[3] else 0.0))
+    print(
+        f'{name:15s} rc {r["rc"]} finder {r["finder"]} first iteration {r["first_iter_s"]} '
+        f's, iteration {r["iter_time"]["median"]} s, peak RSS {r["peak_rss_mib"]}', flush=True)
     return r
 
 
@@ -85,8 +86,8 @@ def main() -> None:
     on = [r['iter_time']['median'] for r in runs['microbatch_on']]
     off = [r['iter_time']['median'] for r in runs['microbatch_off']]
     summary = dict(microbatch_iter_ratio=spread([a / b for a, b in zip(on, off) if a and b]))
-    print(save('batch_finder', dict(runs=runs, summary=summary, epochs=args.epochs,
-                                    reps=args.reps)))
+    print(
+        save('batch_finder', dict(runs=runs, summary=summary, epochs=args.epochs, reps=args.reps)))
 
 
 if __name__ == '__main__':

@@ -36,12 +36,13 @@ def demo_data(num_train: int = 128) -> str:
 def data_options(root: str, epochs: int) -> List[str]:
     """``--cfg-options`` pointing the demo at ``root``: no validation, log every iteration."""
     root = root.rstrip('/') + '/'
-    return [f'train_dataloader.dataset.data_root={root}',
-            f'val_dataloader.dataset.data_root={root}',
-            f'val_evaluator.ann_file={root}annotations/val.json',
-            f'train_cfg.max_epochs={epochs}', 'train_cfg.val_interval=1000',
-            'default_hooks.logger.interval=1', 'default_hooks.checkpoint.interval=1000',
-            'train_dataloader.num_workers=0', 'train_dataloader.persistent_workers=False']
+    return [
+        f'train_dataloader.dataset.data_root={root}', f'val_dataloader.dataset.data_root={root}',
+        f'val_evaluator.ann_file={root}annotations/val.json', f'train_cfg.max_epochs={epochs}',
+        'train_cfg.val_interval=1000', 'default_hooks.logger.interval=1',
+        'default_hooks.checkpoint.interval=1000', 'train_dataloader.num_workers=0',
+        'train_dataloader.persistent_workers=False'
+    ]
 
 
 def _poll(root_pid: int, peaks: Dict[str, float], stop: threading.Event) -> None:
@@ -55,7 +56,7 @@ def _poll(root_pid: int, peaks: Dict[str, float], stop: threading.Event) -> None
                 # ranks carry RANK; a single-process run is the root process itself
                 rank = p.environ().get('RANK') or ('single' if p.pid == root_pid else None)
                 if rank is not None and 'python' in p.name():
-                    rss = p.memory_info().rss / 2 ** 20
+                    rss = p.memory_info().rss / 2**20
                     peaks[rank] = max(peaks.get(rank, 0.0), rss)
             except psutil.Error:
                 continue
@@ -88,9 +89,10 @@ def watch(cmd: List[str], timeout: float = 900, env: Optional[dict] = None) -> d
     poller.join()
     errors = [ln.strip() for ln in lines if ln[:1].isalpha() and 'Error:' in ln]
     return dict(rc=proc.returncode, seconds=round(time.monotonic() - t0, 2),
-                first_iter_s=None if first is None else round(first, 2),
-                peak_rss_mib={k: round(v, 1) for k, v in sorted(peaks.items())},
-                error=errors[0][:300] if proc.returncode and errors else None,
+                first_iter_s=None if first is None else round(first, 2), peak_rss_mib={
+                    k: round(v, 1)
+                    for k, v in sorted(peaks.items())
+                }, error=errors[0][:300] if proc.returncode and errors else None,
                 log=''.join(lines))
 
 
@@ -107,8 +109,9 @@ def spread(values: List[float]) -> dict:
     """Median and min-max of a list (None when empty)."""
     if not values:
         return dict(median=None, min=None, max=None, n=0)
-    return dict(median=round(statistics.median(values), 4), min=round(min(values), 4),
-                max=round(max(values), 4), n=len(values))
+    return dict(
+        median=round(statistics.median(values), 4), min=round(min(values), 4),
+        max=round(max(values), 4), n=len(values))
 
 
 def save(name: str, data: dict) -> str:

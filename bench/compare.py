@@ -47,17 +47,24 @@ def variants(data: str, epochs: int) -> dict:
     sh = ['bash', 'tools/dist_train.sh']
     mem1 = _mem1_config()
     return {
-        'single_stock': (lambda w: [PYTHON, _mmpose_train(), DEMO, '--work-dir', w,
-                                    '--cfg-options', *opts], 32),
-        'single_ours': (lambda w: [PYTHON, 'tools/dist_train.py', DEMO, '--work-dir', w,
-                                   '--cfg-options', *opts, 'scaling.global_batch_size=32'], 32),
-        'ddp_stock': (lambda w: [*sh, DEMO, '2', '--work-dir', w, '--cfg-options', *opts,
-                                 'runner_type=Runner',
-                                 'model_wrapper_cfg.gradient_as_bucket_view=False'], 64),
-        'ddp_ours': (lambda w: [*sh, DEMO, '2', '--work-dir', w, '--cfg-options', *opts,
-                                'scaling.global_batch_size=64'], 64),
-        'ddp_ours_mem1': (lambda w: [*sh, mem1, '2', '--work-dir', w, '--cfg-options', *opts,
-                                     'scaling.global_batch_size=64'], 64),
+        'single_stock':
+        (lambda w: [PYTHON, _mmpose_train(), DEMO, '--work-dir', w, '--cfg-options', *opts], 32),
+        'single_ours': (lambda w: [
+            PYTHON, 'tools/dist_train.py', DEMO, '--work-dir', w, '--cfg-options', *opts,
+            'scaling.global_batch_size=32'
+        ], 32),
+        'ddp_stock': (lambda w: [
+            *sh, DEMO, '2', '--work-dir', w, '--cfg-options', *opts, 'runner_type=Runner',
+            'model_wrapper_cfg.gradient_as_bucket_view=False'
+        ], 64),
+        'ddp_ours':
+        (lambda w:
+         [*sh, DEMO, '2', '--work-dir', w, '--cfg-options', *opts, 'scaling.global_batch_size=64'],
+         64),
+        'ddp_ours_mem1':
+        (lambda w:
+         [*sh, mem1, '2', '--work-dir', w, '--cfg-options', *opts, 'scaling.global_batch_size=64'],
+         64),
     }
 
 
@@ -66,13 +73,16 @@ def launch_variants(data: str) -> dict:
     opts = data_options(data, 1)
     torchrun = [PYTHON, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2']
     return {
-        'dist_train.sh': lambda w: ['bash', 'tools/dist_train.sh', DEMO, '2', '--work-dir', w,
-                                    '--cfg-options', *opts],
-        'torchrun+dist_train.py': lambda w: [*torchrun, 'tools/dist_train.py', DEMO,
-                                             '--work-dir', w, '--cfg-options', *opts],
-        'torchrun+mmpose_train.py': lambda w: [*torchrun, _mmpose_train(), DEMO, '--launcher',
-                                               'pytorch', '--work-dir', w, '--cfg-options',
-                                               *opts],
+        'dist_train.sh':
+        lambda w:
+        ['bash', 'tools/dist_train.sh', DEMO, '2', '--work-dir', w, '--cfg-options', *opts],
+        'torchrun+dist_train.py':
+        lambda w: [*torchrun, 'tools/dist_train.py', DEMO, '--work-dir', w, '--cfg-options', *opts],
+        'torchrun+mmpose_train.py':
+        lambda w: [
+            *torchrun,
+            _mmpose_train(), DEMO, '--launcher', 'pytorch', '--work-dir', w, '--cfg-options', *opts
+        ],
     }
 
 
@@ -85,12 +95,13 @@ def run_training(args, data: str) -> dict:
             r = watch(build(work))
             r.pop('log')
             times = iteration_times(work)
-            r.update(iter_time=spread(times), global_batch=global_batch,
-                     samples_per_s=round(global_batch / statistics.median(times), 2)
-                     if times else None)
+            r.update(
+                iter_time=spread(times), global_batch=global_batch,
+                samples_per_s=round(global_batch / statistics.median(times), 2) if times else None)
             runs[name].append(r)
-            print(f'rep {rep + 1}/{args.reps} {name:14s} rc {r["rc"]} '
-                  f'iter {r["iter_time"]["median"]} s, peak RSS {r["peak_rss_mib"]}', flush=True)
+            print(
+                f'rep {rep + 1}/{args.reps} {name:14s} rc {r["rc"]} '
+                f'iter {r["iter_time"]["median"]} s, peak RSS {r["peak_rss_mib"]}', flush=True)
     return runs
 
 
@@ -102,15 +113,15 @@ def run_launch(args, data: str) -> dict:
             r = watch(build(tempfile.mkdtemp(prefix='mmddp_launch_')), timeout=300)
             r.pop('log')
             runs[name].append(r)
-            print(f'rep {rep + 1}/{args.reps} {name:26s} rc {r["rc"]} first iteration after '
-                  f'{r["first_iter_s"]} s', flush=True)
+            print(
+                f'rep {rep + 1}/{args.reps} {name:26s} rc {r["rc"]} first iteration after '
+                f'{r["first_iter_s"]} s', flush=True)
     return runs
 
 
 def _ratio(runs, a, b, key):
     """Per-repetition ratio a/b of ``key(run)``, as a spread."""
-    vals = [key(x) / key(y) for x, y in zip(runs[a], runs[b])
-            if key(x) is not None and key(y)]
+    vals = [key(x) / key(y) for x, y in zip(runs[a], runs[b]) if key(x) is not None and key(y)]
     return spread(vals)
 
 
@@ -125,18 +136,30 @@ def _iter(r):
 def report(train: dict, launch: dict) -> dict:
     """The ratios the targets are about, printed as a table."""
     out = {
-        'a_peak_ddp_stock_vs_single': _ratio(train, 'ddp_stock', 'single_stock', _peak),
-        'a_peak_ddp_ours_vs_single': _ratio(train, 'ddp_ours', 'single_stock', _peak),
-        'b_iter_mem1_vs_stock': _ratio(train, 'ddp_ours_mem1', 'ddp_stock', _iter),
-        'b_iter_default_vs_stock': _ratio(train, 'ddp_ours', 'ddp_stock', _iter),
-        'b_iter_mem1_vs_default': _ratio(train, 'ddp_ours_mem1', 'ddp_ours', _iter),
-        'c_first_iter_sh_vs_torchrun': _ratio(launch, 'dist_train.sh', 'torchrun+dist_train.py',
-                                              lambda r: r['first_iter_s']),
-        'd_samples_per_s': {k: spread([r['samples_per_s'] for r in v if r['samples_per_s']])
-                            for k, v in train.items()},
-        'peak_rss_mib': {k: spread([_peak(r) for r in v if _peak(r)]) for k, v in train.items()},
-        'first_iter_s': {k: spread([r['first_iter_s'] for r in v if r['first_iter_s']])
-                         for k, v in launch.items()},
+        'a_peak_ddp_stock_vs_single':
+        _ratio(train, 'ddp_stock', 'single_stock', _peak),
+        'a_peak_ddp_ours_vs_single':
+        _ratio(train, 'ddp_ours', 'single_stock', _peak),
+        'b_iter_mem1_vs_stock':
+        _ratio(train, 'ddp_ours_mem1', 'ddp_stock', _iter),
+        'b_iter_default_vs_stock':
+        _ratio(train, 'ddp_ours', 'ddp_stock', _iter),
+        'b_iter_mem1_vs_default':
+        _ratio(train, 'ddp_ours_mem1', 'ddp_ours', _iter),
+        'c_first_iter_sh_vs_torchrun':
+        _ratio(launch, 'dist_train.sh', 'torchrun+dist_train.py', lambda r: r['first_iter_s']),
+        'd_samples_per_s': {
+            k: spread([r['samples_per_s'] for r in v if r['samples_per_s']])
+            for k, v in train.items()
+        },
+        'peak_rss_mib': {
+            k: spread([_peak(r) for r in v if _peak(r)])
+            for k, v in train.items()
+        },
+        'first_iter_s': {
+            k: spread([r['first_iter_s'] for r in v if r['first_iter_s']])
+            for k, v in launch.items()
+        },
         'stock_torchrun_rc': [r['rc'] for r in launch.get('torchrun+mmpose_train.py', [])],
     }
     for key, value in out.items():
@@ -155,8 +178,8 @@ def main() -> None:
     train = run_training(args, data) if args.only != 'launch' else {}
     launch = run_launch(args, data) if args.only != 'train' else {}
     summary = report(train, launch) if train and launch else {}
-    print('wrote', save('compare', dict(args=vars(args), summary=summary, train=train,
-                                        launch=launch)))
+    print('wrote',
+          save('compare', dict(args=vars(args), summary=summary, train=train, launch=launch)))
 
 
 if __name__ == '__main__':

@@ -66,7 +66,7 @@ def worker(args: argparse.Namespace) -> None:
     t0 = time.monotonic()
     for _ in range(args.steps):
         x = torch.randn(args.batch, 3, args.size, args.size)
-        y = torch.randint(0, 1000, (args.batch,))
+        y = torch.randint(0, 1000, (args.batch, ))
         optim.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         optim.step()
@@ -74,9 +74,8 @@ def worker(args: argparse.Namespace) -> None:
     params = [p for p in model.parameters() if p.grad is not None]
     views = sum(p.grad._base is not None for p in params) / max(len(params), 1)
     result = dict(rank=rank, peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  rss_after_model_mib=rss_model,
-                  rss_end_mib=rss_now_mib(), grad_mib=grad_mib, grads_are_views=views,
-                  train_seconds=round(seconds, 2))
+                  rss_after_model_mib=rss_model, rss_end_mib=rss_now_mib(), grad_mib=grad_mib,
+                  grads_are_views=views, train_seconds=round(seconds, 2))
     print('RESULT ' + json.dumps(result), flush=True)
     if ddp:
         dist.barrier()
@@ -93,8 +92,10 @@ def launch(variant: str, args: argparse.Namespace, timeout: float) -> dict:
         cmd = [sys.executable, me, '--worker', '--single', *common]
         nranks = 1
     else:
-        cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
-               me, '--worker', '--bucket-view', '1' if variant == 'on' else '0', *common]
+        cmd = [
+            sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', me,
+            '--worker', '--bucket-view', '1' if variant == 'on' else '0', *common
+        ]
         nranks = 2
     t0 = time.monotonic()
     env = dict(os.environ, OMP_NUM_THREADS='1')
@@ -105,8 +106,8 @@ def launch(variant: str, args: argparse.Namespace, timeout: float) -> dict:
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or '')
         rc = 'timeout'
-    ranks = sorted((json.loads(line.split('RESULT ', 1)[1]) for line in out.splitlines()
-                    if 'RESULT {' in line), key=lambda r: r['rank'])
+    ranks = sorted((json.loads(line.split('RESULT ', 1)[1])
+                    for line in out.splitlines() if 'RESULT {' in line), key=lambda r: r['rank'])
     ok = rc == 0 and len(ranks) == nranks
     run = dict(variant=variant, rc=rc, ok=ok, seconds=round(time.monotonic() - t0, 1), ranks=ranks)
     if not ok:
@@ -118,14 +119,19 @@ def summarize(runs: list) -> dict:
     """Median and spread of per-rank peak RSS for each variant (successful runs only)."""
     summary = {}
     for v in VARIANTS:
-        peaks = [r['peak_rss_mib'] for run in runs if run['variant'] == v and run['ok']
-                 for r in run['ranks']]
-        ends = [r['rss_end_mib'] for run in runs if run['variant'] == v and run['ok']
-                for r in run['ranks']]
+        peaks = [
+            r['peak_rss_mib'] for run in runs if run['variant'] == v and run['ok']
+            for r in run['ranks']
+        ]
+        ends = [
+            r['rss_end_mib'] for run in runs if run['variant'] == v and run['ok']
+            for r in run['ranks']
+        ]
         if peaks:
-            summary[v] = dict(n=len(peaks), peak_median_mib=round(statistics.median(peaks), 1),
-                              peak_min_mib=round(min(peaks), 1), peak_max_mib=round(max(peaks), 1),
-                              end_rss_median_mib=round(statistics.median(ends), 1))
+            summary[v] = dict(
+                n=len(peaks), peak_median_mib=round(statistics.median(peaks), 1),
+                peak_min_mib=round(min(peaks), 1), peak_max_mib=round(max(peaks), 1),
+                end_rss_median_mib=round(statistics.median(ends), 1))
     return summary
 
 
@@ -140,8 +146,9 @@ def driver(args: argparse.Namespace) -> None:
             runs.append(dict(rep=rep, **run))
             peaks = ', '.join(f"{r['peak_rss_mib']:.0f}" for r in run['ranks'])
             status = 'ok' if run['ok'] else f"FAILED (rc={run['rc']})"
-            print(f"rep {rep + 1}/{args.reps} {v:6s}: {status} in {run['seconds']} s; "
-                  f"peak RSS per rank [MiB]: {peaks or '-'}", flush=True)
+            print(
+                f"rep {rep + 1}/{args.reps} {v:6s}: {status} in {run['seconds']} s; "
+                f"peak RSS per rank [MiB]: {peaks or '-'}", flush=True)
     summary = summarize(runs)
     grad = next((r['grad_mib'] for run in runs if run['ok'] for r in run['ranks']), float('nan'))
     print(f"\n{'variant':8s} {'n':>3s} {'peak RSS median':>16s} {'min-max':>15s} {'end RSS':>9s}")
@@ -158,11 +165,11 @@ def driver(args: argparse.Namespace) -> None:
     if failed:
         print(f'\n{len(failed)} run(s) failed; see output_tail in {osp.relpath(OUT, ROOT)}')
     os.makedirs(osp.dirname(OUT), exist_ok=True)
-    doc = dict(command=' '.join([osp.relpath(sys.argv[0], ROOT), *sys.argv[1:]]),
-               torch=torch.__version__, cores=os.cpu_count(), args=vars(args), grad_mib=grad,
-               medians=summary, saving_off_minus_on_mib=(round(med['off'] - med['on'], 1)
-                                                         if len(med) == 3 else None),
-               total_seconds=round(time.monotonic() - t0, 1), runs=runs)
+    doc = dict(
+        command=' '.join([osp.relpath(sys.argv[0], ROOT), *sys.argv[1:]]), torch=torch.__version__,
+        cores=os.cpu_count(), args=vars(args), grad_mib=grad, medians=summary,
+        saving_off_minus_on_mib=(round(med['off'] - med['on'], 1) if len(med) == 3 else None),
+        total_seconds=round(time.monotonic() - t0, 1), runs=runs)
     with open(OUT, 'w') as f:
         json.dump(doc, f, indent=1)
     print(f"\nwrote {osp.relpath(OUT, ROOT)} in {doc['total_seconds']} s total")

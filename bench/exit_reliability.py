@@ -28,16 +28,19 @@ def main() -> None:
     results = []
     for i in range(args.runs):
         t0 = time.monotonic()
-        proc = subprocess.run(
-            ['bash', 'tools/dist_train.sh', DEMO, str(args.nproc), '--work-dir',
-             osp.join(tmp, f'run{i}'), '--cfg-options', *data_options(data, 1)],
-            cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env=dict(os.environ, OMP_NUM_THREADS='1'))
-        results.append(dict(run=i, rc=proc.returncode, abort=ABORT in proc.stdout,
-                            seconds=round(time.monotonic() - t0, 1)))
-        print(f'run {i + 1:2d}/{args.runs}: exit {proc.returncode}'
-              f'{" (gloo abort at exit)" if results[-1]["abort"] else ""} '
-              f'in {results[-1]["seconds"]} s', flush=True)
+        proc = subprocess.run([
+            'bash', 'tools/dist_train.sh', DEMO,
+            str(args.nproc), '--work-dir',
+            osp.join(tmp, f'run{i}'), '--cfg-options', *data_options(data, 1)
+        ], cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              env=dict(os.environ, OMP_NUM_THREADS='1'))
+        results.append(
+            dict(run=i, rc=proc.returncode, abort=ABORT in proc.stdout,
+                 seconds=round(time.monotonic() - t0, 1)))
+        print(
+            f'run {i + 1:2d}/{args.runs}: exit {proc.returncode}'
+            f'{" (gloo abort at exit)" if results[-1]["abort"] else ""} '
+            f'in {results[-1]["seconds"]} s', flush=True)
     failed = [r for r in results if r['rc'] != 0]
     summary = dict(runs=args.runs, nproc=args.nproc, failed=len(failed),
                    gloo_aborts=sum(r['abort'] for r in results), results=results)

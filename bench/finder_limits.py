@@ -26,8 +26,8 @@ LIMITED = "_base_ = [{base!r}]\ncustom_imports = dict(imports=['mmddp_ext', " \
 def outcome(rc: int, log: str) -> str:
     """'trained', 'trained after a step down', 'nothing fits (clean stop)' or 'crashed'."""
     if rc == 0 and 'Epoch(train)' in log:
-        return ('trained after a step down' if 'training goes on with per-device batch' in log
-                else 'trained')
+        return ('trained after a step down'
+                if 'training goes on with per-device batch' in log else 'trained')
     if 'not even a per-device batch of 1 fits' in log and 'Epoch(train)' not in log:
         return 'nothing fits (clean stop)'
     return 'crashed'
@@ -35,21 +35,23 @@ def outcome(rc: int, log: str) -> str:
 
 def run_limit(config: str, options: list, limit: int) -> dict:
     work = tempfile.mkdtemp(prefix=f'mmddp_limit{limit}_')
-    r = watch(['bash', 'tools/dist_train.sh', config, '2', '--work-dir', work,
-               '--cfg-options', *options], env=dict(MMDDP_TEST_LIMIT=f'1:{limit}'))
+    r = watch(
+        ['bash', 'tools/dist_train.sh', config, '2', '--work-dir', work, '--cfg-options', *options],
+        env=dict(MMDDP_TEST_LIMIT=f'1:{limit}'))
     log = r.pop('log')
-    trials = re.findall(r'batch probe: trial \d+: per-device batch (\d+): (fits|out of memory '
-                        r'on rank\(s\) \[[\d, ]*\])', log)
+    trials = re.findall(
+        r'batch probe: trial \d+: per-device batch (\d+): (fits|out of memory '
+        r'on rank\(s\) \[[\d, ]*\])', log)
     found = re.search(r'batch probe: per-device batch (\d+) fits on every rank', log)
     plan = re.search(r'plan +(per-GPU batch [^\n(]*)', log)
     step = re.findall(r'training goes on with (per-device batch .*? samples)', log)
     res = dict(limit_mib=limit, rc=r['rc'], outcome=outcome(r['rc'], log),
                trials=[(int(b), v) for b, v in trials], found=int(found[1]) if found else None,
-               plan=plan[1].strip() if plan else None, steps_down=step,
-               seconds=r.get('seconds'), peak_rss_mib=r.get('peak_rss_mib'),
-               last_lines=log.strip().splitlines()[-12:])
-    print(f"limit {limit} MiB: {res['outcome']}; found {res['found']} in {len(trials)} trials; "
-          f"plan {res['plan']}; steps down {step or 'none'}; rc {r['rc']}", flush=True)
+               plan=plan[1].strip() if plan else None, steps_down=step, seconds=r.get('seconds'),
+               peak_rss_mib=r.get('peak_rss_mib'), last_lines=log.strip().splitlines()[-12:])
+    print(
+        f"limit {limit} MiB: {res['outcome']}; found {res['found']} in {len(trials)} trials; "
+        f"plan {res['plan']}; steps down {step or 'none'}; rc {r['rc']}", flush=True)
     if res['outcome'] != 'trained':
         print('\n'.join(res['last_lines']), flush=True)
     return res
@@ -66,7 +68,8 @@ def main() -> None:
         f.write(LIMITED.format(base=CONFIG))
     options = data_options(data, args.epochs) + [
         'scaling.global_batch_size=64', f'train_cfg.val_begin={args.epochs + 1}',
-        'scaling.max_batch_per_device=auto', 'scaling.memory_budget_mib=3000']
+        'scaling.max_batch_per_device=auto', 'scaling.memory_budget_mib=3000'
+    ]
     runs = [run_limit(config, options, limit) for limit in args.limits]
     print(save('finder_limits', dict(runs=runs, epochs=args.epochs)))
 

@@ -43,8 +43,10 @@ def hooked_config(base: str) -> str:
 
 def forecast(config: str, world: int, options: List[str]) -> dict:
     """The ``memory`` object of ``--explain --memory --json``, plus the command's wall time."""
-    r = watch([PYTHON, 'tools/dist_train.py', config, '--explain', '--memory', '--json',
-               '--world-size', str(world), '--cfg-options', *options])
+    r = watch([
+        PYTHON, 'tools/dist_train.py', config, '--explain', '--memory', '--json', '--world-size',
+        str(world), '--cfg-options', *options
+    ])
     log = r.pop('log')
     if r['rc'] != 0:
         raise RuntimeError(f'forecast failed (exit {r["rc"]}): {log[-2000:]}')
@@ -56,30 +58,32 @@ def forecast(config: str, world: int, options: List[str]) -> dict:
 def measure(config: str, world: int, options: List[str]) -> dict:
     """A real run: per-rank largest ``peak_rss`` from RankMemoryHook (MiB) and polled RSS."""
     work = tempfile.mkdtemp(prefix='mmddp_forecast_run_')
-    cmd = (['bash', 'tools/dist_train.sh', config, str(world)] if world > 1
-           else [PYTHON, 'tools/dist_train.py', config])
+    cmd = (['bash', 'tools/dist_train.sh', config,
+            str(world)] if world > 1 else [PYTHON, 'tools/dist_train.py', config])
     r = watch(cmd + ['--work-dir', work, '--cfg-options', *options])
     r.pop('log')
     logged = {}
     for path in sorted(glob.glob(osp.join(work, '*', 'memory', 'rank*.jsonl'))):
         rank = int(osp.basename(path)[4:-6])
-        logged[rank] = round(max(json.loads(x)['peak_rss'] for x in open(path)) / 2 ** 20, 1)
+        logged[rank] = round(max(json.loads(x)['peak_rss'] for x in open(path)) / 2**20, 1)
     return dict(rc=r['rc'], seconds=r['seconds'], logged_peak_rss_mib=logged,
                 polled_peak_rss_mib=r['peak_rss_mib'])
 
 
-def compare(name: str, config: str, world: int, batch: int, data: str,
-            extra: List[str]) -> dict:
-    options = data_options(data, 1) + [f'scaling.global_batch_size={world * batch}',
-                                       'train_cfg.val_begin=2'] + extra
+def compare(name: str, config: str, world: int, batch: int, data: str, extra: List[str]) -> dict:
+    options = data_options(
+        data, 1) + [f'scaling.global_batch_size={world * batch}', 'train_cfg.val_begin=2'] + extra
     predicted = forecast(config, world, options)
     assert predicted['per_device_batch_size'] == batch, predicted['per_device_batch_size']
     real = measure(hooked_config(config), world, options)
-    errors = {r: round((predicted['predicted_peak_mib'][r] - m) / m, 4)
-              for r, m in real['logged_peak_rss_mib'].items()}
-    print(f'{name}: batch {batch} x {world}: predicted {predicted["predicted_peak_mib"]} MiB, '
-          f'measured {real["logged_peak_rss_mib"]} MiB, error {errors}, forecast '
-          f'{predicted["seconds"]} s ({predicted["wall_s"]} s with start-up)', flush=True)
+    errors = {
+        r: round((predicted['predicted_peak_mib'][r] - m) / m, 4)
+        for r, m in real['logged_peak_rss_mib'].items()
+    }
+    print(
+        f'{name}: batch {batch} x {world}: predicted {predicted["predicted_peak_mib"]} MiB, '
+        f'measured {real["logged_peak_rss_mib"]} MiB, error {errors}, forecast '
+        f'{predicted["seconds"]} s ({predicted["wall_s"]} s with start-up)', flush=True)
     return dict(world=world, batch=batch, forecast=predicted, run=real, error=errors)
 
 
@@ -88,9 +92,10 @@ def main() -> None:
     parser.add_argument('--batches', type=int, nargs='+', default=[8, 16, 32])
     parser.add_argument('--single', action='store_true', help='also 1 process at batch 32')
     parser.add_argument('--config', default=CONFIG)
-    parser.add_argument('--cfg-options', nargs='*', default=[],
-                        help='more config overrides, e.g. model.backbone.depth=50 '
-                        'model.head.in_channels=2048')
+    parser.add_argument(
+        '--cfg-options', nargs='*', default=[],
+        help='more config overrides, e.g. model.backbone.depth=50 '
+        'model.head.in_channels=2048')
     parser.add_argument('--name', default='forecast_accuracy', help='results file name')
     args = parser.parse_args()
     data = demo_data(num_train=128)
@@ -98,8 +103,12 @@ def main() -> None:
     if args.single:
         rows.append(compare('single', args.config, 1, 32, data, args.cfg_options))
     worst = max(abs(e) for row in rows for e in row['error'].values())
-    print(save(args.name, dict(config=osp.relpath(args.config, ROOT), options=args.cfg_options,
-                               rows=rows, worst_abs_error=worst)))
+    print(
+        save(
+            args.name,
+            dict(
+                config=osp.relpath(args.config, ROOT), options=args.cfg_options, rows=rows,
+                worst_abs_error=worst)))
 
 
 if __name__ == '__main__':

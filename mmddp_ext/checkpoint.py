@@ -68,16 +68,19 @@ def safe_globals() -> List[Any]:
         from numpy._core.multiarray import _reconstruct, scalar
     except ImportError:  # numpy 1.x
         from numpy.core.multiarray import _reconstruct, scalar
-    dtype_classes = [type(np.dtype(t)) for t in (
-        np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
-        np.uint64, np.float16, np.float32, np.float64, np.str_, np.bytes_)]
-    return [_reconstruct, scalar, np.ndarray, np.dtype, *dtype_classes, HistoryBuffer,
-            (_history_buffer_getattr, 'builtins.getattr')]
+    dtype_classes = [
+        type(np.dtype(t))
+        for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+                  np.uint64, np.float16, np.float32, np.float64, np.str_, np.bytes_)
+    ]
+    return [
+        _reconstruct, scalar, np.ndarray, np.dtype, *dtype_classes, HistoryBuffer,
+        (_history_buffer_getattr, 'builtins.getattr')
+    ]
 
 
-def load_checkpoint_file(filename: str,
-                         map_location: Optional[Union[str, Callable, torch.device]] = None
-                         ) -> Any:
+def load_checkpoint_file(filename: str, map_location: Optional[Union[str, Callable,
+                                                                     torch.device]] = None) -> Any:
     """``torch.load`` a local checkpoint with ``weights_only=True`` and our allowlist.
 
     ``map_location=None`` means CPU here, never "the device it was saved from".
@@ -93,19 +96,19 @@ def load_checkpoint_file(filename: str,
     if not osp.isfile(filename):
         raise FileNotFoundError(f'checkpoint {filename!r} does not exist')
     if os.environ.get(UNSAFE_ENV) == '1':
-        warnings.warn(f'{UNSAFE_ENV}=1: loading {filename!r} with weights_only=False; '
-                      'unpickling can run any code the file contains. Only do this for '
-                      'checkpoints you trust.', stacklevel=2)
-        return from_plain(torch.load(filename, map_location=map_location or 'cpu',
-                                     weights_only=False))
+        warnings.warn(
+            f'{UNSAFE_ENV}=1: loading {filename!r} with weights_only=False; '
+            'unpickling can run any code the file contains. Only do this for '
+            'checkpoints you trust.', stacklevel=2)
+        return from_plain(
+            torch.load(filename, map_location=map_location or 'cpu', weights_only=False))
     if map_location is None:
         # torch would restore tensors to the device they were saved from (often cuda:0): on
         # another rank that is a stray CUDA context on GPU 0. Load to CPU instead.
         map_location = 'cpu'
     try:
         with torch.serialization.safe_globals(safe_globals()):
-            return from_plain(torch.load(filename, map_location=map_location,
-                                         weights_only=True))
+            return from_plain(torch.load(filename, map_location=map_location, weights_only=True))
     except Exception as e:  # torch raises UnpicklingError wrapped in various types
         if 'Weights only load failed' not in str(e):
             raise
@@ -144,8 +147,7 @@ def _array_to_plain(array: np.ndarray) -> Any:
     arrays of other kinds (objects, records, dates) are returned as they are."""
     if array.dtype.kind in 'biufc':
         try:
-            data = torch.from_numpy(np.array(array, dtype=array.dtype.newbyteorder('='),
-                                             order='C'))
+            data = torch.from_numpy(np.array(array, dtype=array.dtype.newbyteorder('='), order='C'))
         except TypeError:  # a dtype torch has no tensor for, e.g. float128
             return array
     elif array.dtype.kind in 'US':
@@ -153,8 +155,7 @@ def _array_to_plain(array: np.ndarray) -> Any:
     else:
         return array
     fortran = bool(array.flags.f_contiguous and not array.flags.c_contiguous)
-    return {PLAIN_KEY: 'numpy.ndarray', 'dtype': array.dtype.str, 'fortran': fortran,
-            'data': data}
+    return {PLAIN_KEY: 'numpy.ndarray', 'dtype': array.dtype.str, 'fortran': fortran, 'data': data}
 
 
 def _array_from_plain(plain: dict) -> np.ndarray:
@@ -168,9 +169,12 @@ def _array_from_plain(plain: dict) -> np.ndarray:
 def _leaf_to_plain(obj: Any) -> Any:
     """The plain form of a HistoryBuffer, numpy array or numpy scalar; anything else as is."""
     if type(obj) is HistoryBuffer:
-        return {PLAIN_KEY: 'HistoryBuffer', 'max_length': obj.max_length,
-                'log_history': _leaf_to_plain(obj._log_history),
-                'count_history': _leaf_to_plain(obj._count_history)}
+        return {
+            PLAIN_KEY: 'HistoryBuffer',
+            'max_length': obj.max_length,
+            'log_history': _leaf_to_plain(obj._log_history),
+            'count_history': _leaf_to_plain(obj._count_history)
+        }
     if isinstance(obj, np.ndarray):
         return _array_to_plain(obj)
     if isinstance(obj, np.generic):
@@ -264,8 +268,8 @@ def nonfinite_tensors(model: torch.nn.Module) -> Tuple[List[str], int]:
         Their names (in ``named_parameters`` then ``named_buffers`` order) and the number of
         floating-point tensors checked.
     """
-    tensors = [(name, t) for name, t in itertools.chain(model.named_parameters(),
-                                                        model.named_buffers())
+    tensors = [(name, t)
+               for name, t in itertools.chain(model.named_parameters(), model.named_buffers())
                if t.is_floating_point()]
     if not tensors:
         return [], 0

@@ -26,29 +26,35 @@ def build_parser() -> argparse.ArgumentParser:
                    help='scale the LR by the batch size (auto_scale_lr.enable=True)')
     p.add_argument('--cfg-options', '--cfg_options', nargs='+', action=DictAction,
                    help='override config keys, e.g. train_cfg.max_epochs=2')
-    p.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default=None,
-                   help='job launcher (default: pytorch when RANK/WORLD_SIZE are set, slurm '
-                   'inside a multi-task srun step, else none)')
+    p.add_argument(
+        '--launcher', choices=['none', 'pytorch', 'slurm'], default=None,
+        help='job launcher (default: pytorch when RANK/WORLD_SIZE are set, slurm '
+        'inside a multi-task srun step, else none)')
     p.add_argument('--local-rank', '--local_rank', type=int, default=None,
                    help='accepted for torch.distributed.launch compatibility; LOCAL_RANK wins')
-    p.add_argument('--unsafe-load', '--unsafe_load', action='store_true',
-                   help='load legacy checkpoints with weights_only=False (runs their pickle '
-                   'code; only for files you trust)')
-    p.add_argument('--explain', action='store_true',
-                   help='print the launch topology and the scaling plan, then exit (no data, '
-                   'no GPU)')
-    p.add_argument('--world-size', '--world_size', type=int, default=None,
-                   help='with --explain: the number of processes to plan for (default: from '
-                   'the environment, else 1)')
+    p.add_argument(
+        '--unsafe-load', '--unsafe_load', action='store_true',
+        help='load legacy checkpoints with weights_only=False (runs their pickle '
+        'code; only for files you trust)')
+    p.add_argument(
+        '--explain', action='store_true',
+        help='print the launch topology and the scaling plan, then exit (no data, '
+        'no GPU)')
+    p.add_argument(
+        '--world-size', '--world_size', type=int, default=None,
+        help='with --explain: the number of processes to plan for (default: from '
+        'the environment, else 1)')
     p.add_argument('--json', action='store_true', help='with --explain: print one JSON object')
-    p.add_argument('--memory', action='store_true',
-                   help='with --explain: also forecast the peak memory of every rank, from a few '
-                   'real training steps of one process on this machine\'s device (the GPU, '
-                   'else the CPU)')
-    p.add_argument('--device-memory', '--device_memory', default=None, metavar='SIZE',
-                   help='with --explain --memory: memory per device to plan for, e.g. 24GiB, '
-                   '23.64GiB, 16000MiB (default: the GPU\'s total; on a CPU the RAM shared by '
-                   'the ranks of the node)')
+    p.add_argument(
+        '--memory', action='store_true',
+        help='with --explain: also forecast the peak memory of every rank, from a few '
+        'real training steps of one process on this machine\'s device (the GPU, '
+        'else the CPU)')
+    p.add_argument(
+        '--device-memory', '--device_memory', default=None, metavar='SIZE',
+        help='with --explain --memory: memory per device to plan for, e.g. 24GiB, '
+        '23.64GiB, 16000MiB (default: the GPU\'s total; on a CPU the RAM shared by '
+        'the ranks of the node)')
     return p
 
 

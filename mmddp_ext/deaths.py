@@ -61,25 +61,27 @@ def death_lines(failure: Dict, state: Optional[Dict], kernel: Optional[List[str]
     sig = signal_name(failure) or f'exit code {failure.get("exitcode")}'
     state = state or {}
     done = state.get('completed_iter')
-    after = ('before completing an iteration' if done is None else
-             f'after completing iteration {done}')
-    lines = [f'rank {failure.get("rank")} (host {failure.get("host") or state.get("host")}, '
-             f'pid {failure.get("pid") or state.get("pid")}) was killed by {sig} {after}: '
-             'no Python exception, so no traceback']
+    after = ('before completing an iteration'
+             if done is None else f'after completing iteration {done}')
+    lines = [
+        f'rank {failure.get("rank")} (host {failure.get("host") or state.get("host")}, '
+        f'pid {failure.get("pid") or state.get("pid")}) was killed by {sig} {after}: '
+        'no Python exception, so no traceback'
+    ]
     if state.get('rss') is not None:
         total = '' if host_total is None else f' of {format_mib(host_total)} host memory'
-        lines.append(f'  last memory sample: host RSS {format_mib(state["rss"])}{total}'
-                     + ('' if state.get('device_allocated') is None else
-                        f', device allocated {format_mib(state["device_allocated"])}'))
+        lines.append(f'  last memory sample: host RSS {format_mib(state["rss"])}{total}' +
+                     ('' if state.get('device_allocated') is
+                      None else f', device allocated {format_mib(state["device_allocated"])}'))
     if sig == 'SIGKILL':
         if kernel:
             lines.append(f'  kernel log: {kernel[-1][:200]}')
             lines.append("  cause: the host's out-of-memory killer chose this rank")
         else:
             lines.append("  likely: the host's out-of-memory killer (host memory, not GPU "
-                         'memory), or a scheduler or a person (kill -9, a job memory limit)'
-                         + ('; the kernel log could not be read' if kernel is None else
-                            '; the kernel log does not mention this pid'))
+                         'memory), or a scheduler or a person (kill -9, a job memory limit)' +
+                         ('; the kernel log could not be read' if kernel is
+                          None else '; the kernel log does not mention this pid'))
         lines.append('  fix: if memory: fewer DataLoader workers (train_dataloader.num_workers)'
                      ', a smaller per-device batch, or more host memory for the job')
     elif sig in ('SIGSEGV', 'SIGBUS', 'SIGABRT', 'SIGFPE', 'SIGILL'):

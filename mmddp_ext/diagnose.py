@@ -52,8 +52,7 @@ def _waited(record: Dict) -> Optional[str]:
 
 
 def summarize(work_dir: str, records: Optional[List[Dict]] = None,
-              ranks: Optional[Dict[int, Dict]] = None,
-              launch: Optional[List[Dict]] = None) -> str:
+              ranks: Optional[Dict[int, Dict]] = None, launch: Optional[List[Dict]] = None) -> str:
     """The diagnosis text for ``work_dir``: one screen, the rank, the cause, the fix.
 
     Args:
@@ -75,9 +74,9 @@ def summarize(work_dir: str, records: Optional[List[Dict]] = None,
             lines.append(f'  stacks: {stacks_path(work_dir, rank)}')
         others = [r for r in records if r.get('rank') != rank]
         if others:
-            lines.append('then: ' + '; '.join(
-                f'rank {r.get("rank")} {r.get("exc_type")}'
-                f'{" (" + _waited(r) + ")" if _waited(r) else ""}' for r in others))
+            lines.append('then: ' + '; '.join(f'rank {r.get("rank")} {r.get("exc_type")}'
+                                              f'{" (" + _waited(r) + ")" if _waited(r) else ""}'
+                                              for r in others))
         return '\n'.join(head + lines)
     hang = _hang_lines(work_dir, records, ranks)
     if hang:
@@ -85,10 +84,11 @@ def summarize(work_dir: str, records: Optional[List[Dict]] = None,
     if not records:
         exits = [f'rank {f.get("rank")} exit code {f.get("exitcode")}' for f in launch]
         return '\n'.join(head + [
-            f'no failure records in {failure_dir(work_dir)}: no rank raised a Python exception'
-            + (f' ({"; ".join(exits)})' if exits else '') + '. A rank killed by a signal '
+            f'no failure records in {failure_dir(work_dir)}: no rank raised a Python exception' +
+            (f' ({"; ".join(exits)})' if exits else '') + '. A rank killed by a signal '
             '(exit -9: out of host memory or kill; -6: abort) leaves none; see the '
-            "launcher's report above."])
+            "launcher's report above."
+        ])
     # the first rank that failed by itself, not one that only lost its peer
     first = next((r for r in records if not _waited(r)), records[0])
     when = datetime.datetime.fromtimestamp(first.get('time', 0)).strftime('%H:%M:%S')
@@ -96,12 +96,13 @@ def summarize(work_dir: str, records: Optional[List[Dict]] = None,
         f'first failing rank: {first.get("rank")} (host {first.get("host")}, pid '
         f'{first.get("pid")}, at {when})',
         f'  {first.get("exc_type")}: ' + '\n  '.join(_first_lines(first.get('message', ''))),
-        f'  full traceback: {first.get("traceback_file")}']
+        f'  full traceback: {first.get("traceback_file")}'
+    ]
     lines += _memory_lines(first)
     others = [r for r in records if r is not first]
     if others:
-        lines.append('then: ' + '; '.join(
-            f'rank {r.get("rank")} {r.get("exc_type")}' for r in others))
+        lines.append('then: ' + '; '.join(f'rank {r.get("rank")} {r.get("exc_type")}'
+                                          for r in others))
     return '\n'.join(lines)
 
 
@@ -127,9 +128,9 @@ def _hang_lines(work_dir: str, records: List[Dict], ranks: Dict[int, Dict]) -> L
     completed = {r: s.get('completed_iter') for r, s in ranks.items()}
     waiting, not_arrived = split_ranks(stacks, completed)
     for record in records:  # its exception says it waited, whatever its stack shows
-        waiting.setdefault(record.get('rank'), 'a collective that timed out'
-                           if _waited(record) == 'timeout' else
-                           'a collective, until its peer went away (then it raised)')
+        waiting.setdefault(
+            record.get('rank'), 'a collective that timed out' if _waited(record) == 'timeout' else
+            'a collective, until its peer went away (then it raised)')
         not_arrived.pop(record.get('rank'), None)
     why = (f'no progress for {_seconds(min(timed_out.values()))} (hang watchdog)'
            if timed_out else f'collective timeout on rank(s) '
@@ -210,8 +211,9 @@ def _memory_lines(record: Dict) -> List[str]:
                      f'{format_mib(now.get("peak_rss"))})')
     oom = record.get('oom')
     if oom is None:  # a record written before records carried the classification
-        oom = is_oom(record.get('exc_type', ''), record.get('message', ''),
-                     record.get('address_space_limit') is not None)
+        oom = is_oom(
+            record.get('exc_type', ''), record.get('message', ''),
+            record.get('address_space_limit') is not None)
     if oom:
         lines.insert(0, f'  out of memory on rank {record.get("rank")}')
         lines += [f'  {line}' for line in oom_advice(record)]
@@ -246,9 +248,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     work_dir = args.work_dir or work_dir_from_train_args(args.train_args)
     launch = keep_launch_report(work_dir, args.launch_report) if args.launch_report else None
     if not osp.isdir(work_dir) and not launch:
-        print(f'mmddp_ext diagnosis: work dir {osp.abspath(work_dir)} does not exist: the run '
-              'never started there, or the path is wrong (give the --work-dir of the run)',
-              file=sys.stderr, flush=True)
+        print(
+            f'mmddp_ext diagnosis: work dir {osp.abspath(work_dir)} does not exist: the run '
+            'never started there, or the path is wrong (give the --work-dir of the run)',
+            file=sys.stderr, flush=True)
         return 2
     print(summarize(work_dir, launch=launch), flush=True)
     return 0

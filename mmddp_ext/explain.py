@@ -53,13 +53,13 @@ def explain(cfg: Any, world_size: int, env: DistEnv) -> Dict[str, Any]:
             f"runner_type is {repr(cfg['runner_type']) if 'runner_type' in cfg else 'not set'}"
             ": training keeps MMEngine's "
             "per-device batch and does not apply this plan; set runner_type='DDPRunner' (or "
-            "inherit mmddp_ext::_base_/ddp_runtime.py) to use it"]
+            "inherit mmddp_ext::_base_/ddp_runtime.py) to use it"
+        ]
     out['changes'] = changes
     out['describe'] = plan.describe()
     out['launch'] = dict(launcher=env.launcher, rank=env.rank, local_rank=env.local_rank,
                          node_rank=env.node_rank, nnodes=env.nnodes,
-                         master=f'{env.master_addr}:{env.master_port}'
-                         if env.master_addr else None)
+                         master=f'{env.master_addr}:{env.master_port}' if env.master_addr else None)
     return out
 
 
@@ -71,13 +71,14 @@ def render(info: Dict[str, Any], as_json: bool) -> str:
             out['memory'] = info['memory_forecast'].to_dict()
         return json.dumps(out, default=str)
     launch = info['launch']
-    lines = [f'launch: {info["world_size"]} process(es), launcher {launch["launcher"]}'
-             + (f', master {launch["master"]}' if launch['master'] else ''),
-             f'plan: {info["describe"]}',
-             f'mode: {info["mode"]} (lr_rule {info["lr_rule"]}, schedule {info["schedule"]})',
-             f'learning rates: {", ".join(f"{lr:.6g}" for lr in info["lrs"]) or "-"}',
-             f'loop: {info["train_loop"]}, max_epochs {info["max_epochs"]}, max_iters '
-             f'{info["max_iters"]}; iteration quantities × {info["iter_scale"]:g}']
+    lines = [
+        f'launch: {info["world_size"]} process(es), launcher {launch["launcher"]}' +
+        (f', master {launch["master"]}' if launch['master'] else ''), f'plan: {info["describe"]}',
+        f'mode: {info["mode"]} (lr_rule {info["lr_rule"]}, schedule {info["schedule"]})',
+        f'learning rates: {", ".join(f"{lr:.6g}" for lr in info["lrs"]) or "-"}',
+        f'loop: {info["train_loop"]}, max_epochs {info["max_epochs"]}, max_iters '
+        f'{info["max_iters"]}; iteration quantities × {info["iter_scale"]:g}'
+    ]
     lines += [f'changed: {c}' for c in info['changes']]
     lines += [f'warning: {w}' for w in info['warnings']]
     if info.get('memory_forecast') is not None:
@@ -114,15 +115,14 @@ def _stray(device: Any, ranks_per_node: int) -> Cause:
         for local in range(count):
             table = reader.read(physical_device_index(local, visible))
             seen_self |= any(p.pid == os.getpid() for p in table.processes)
-            per_rank.append(sum(p.used_bytes or 0 for p in table.processes
-                                if p.pid != os.getpid()) / MIB)
+            per_rank.append(
+                sum(p.used_bytes or 0 for p in table.processes if p.pid != os.getpid()) / MIB)
     per_rank += [0.0] * (ranks_per_node - count)
     how = 'NVML now: memory of other processes on each local rank\'s GPU'
     if not seen_self:  # NVML shows the host's pids (a container): ours is not recognised
         how += ('; this process was not found in NVML\'s tables (pid namespace), so its own '
                 'context may be counted as stray')
-    return Cause('stray_contexts', max(per_rank), not seen_self, how,
-                 per_rank=tuple(per_rank))
+    return Cause('stray_contexts', max(per_rank), not seen_self, how, per_rank=tuple(per_rank))
 
 
 def _ddp_causes(cfg: Any, cuda: bool, grad_mib: float) -> List[Cause]:
@@ -138,12 +138,14 @@ def _ddp_causes(cfg: Any, cuda: bool, grad_mib: float) -> List[Cause]:
         copy_ = Cause('gradient_bucket_copy', 0.0, False, 'gradient_as_bucket_view=True: the '
                       'gradients are views of the buckets')
     else:
-        copy_ = Cause('gradient_bucket_copy', grad_mib, False, f'{kind} without '
-                      'gradient_as_bucket_view keeps the buckets beside the gradients: one '
-                      'more copy of the trainable parameters\' gradients')
-    comm = Cause('communication_buffers', bucket_mib, True, f'one all-reduce buffer of a '
-                 f'bucket in flight (bucket_cap_mb {wrapper.get("bucket_cap_mb", 25)}, at '
-                 f'most the gradients\' {grad_mib:.0f} MiB)')
+        copy_ = Cause(
+            'gradient_bucket_copy', grad_mib, False, f'{kind} without '
+            'gradient_as_bucket_view keeps the buckets beside the gradients: one '
+            'more copy of the trainable parameters\' gradients')
+    comm = Cause(
+        'communication_buffers', bucket_mib, True, f'one all-reduce buffer of a '
+        f'bucket in flight (bucket_cap_mb {wrapper.get("bucket_cap_mb", 25)}, at '
+        f'most the gradients\' {grad_mib:.0f} MiB)')
     return [copy_, comm]
 
 
@@ -168,8 +170,10 @@ def forecast_memory(cfg: Any, world_size: int, batch: int, nnodes: int = 1,
                             f'or plan a smaller per-device batch')
     fit = fit_line([(s.batch, s.peak_bytes / MIB) for s in measured.steps])
     kind = 'CUDA context and library workspaces' if cuda else 'interpreter and libraries'
-    causes = [Cause('process_context', measured.context_bytes / MIB, False,
-                    f'{kind}: {measured.context_how}', single=True)]
+    causes = [
+        Cause('process_context', measured.context_bytes / MIB, False,
+              f'{kind}: {measured.context_how}', single=True)
+    ]
     causes += _ddp_causes(cfg, cuda, measured.grad_bytes / MIB)
     causes.append(_stray(device, ranks_per_node))
     reserve = reserve_bytes(Budget(str(device), int(device_mib * MIB), device_how)) / MIB

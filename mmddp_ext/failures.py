@@ -33,8 +33,7 @@ def clear_failure(work_dir: str, rank: int) -> None:
 
 
 def record_failure(work_dir: str, rank: int, exc: BaseException,
-                   extra: Union[None, Dict[str, Any], Callable[[], Dict[str, Any]]] = None
-                   ) -> str:
+                   extra: Union[None, Dict[str, Any], Callable[[], Dict[str, Any]]] = None) -> str:
     """Write this rank's failure record; returns the JSON path. Never raises.
 
     ``extra`` (a dict, or a function returning one, called here so that its own errors are
@@ -54,8 +53,8 @@ def record_failure(work_dir: str, rank: int, exc: BaseException,
         # classified here, where the error happened (the address-space limit is this
         # process's), by the same predicate the finder and on_oom='microbatch' use
         record = dict(rank=rank, host=socket.gethostname(), pid=os.getpid(), time=time.time(),
-                      exc_type=type(exc).__name__, message=str(exc).strip(),
-                      oom=is_oom_error(exc), address_space_limit=address_space_limit(),
+                      exc_type=type(exc).__name__, message=str(exc).strip(), oom=is_oom_error(exc),
+                      address_space_limit=address_space_limit(),
                       traceback_file=osp.abspath(tb_path))
         record.update(extra or {})
         path = osp.join(out, f'rank{rank}.json')

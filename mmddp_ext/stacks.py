@@ -132,7 +132,9 @@ def split_ranks(stacks: Dict[int, List[Frame]],
         values = [(-1 if c is None else c) for c in known.values()]
         if values and min(values) != max(values):
             low = min(values)
-            not_arrived = {r: where(stacks[r]) for r, c in known.items()
-                           if (-1 if c is None else c) == low}
+            not_arrived = {
+                r: where(stacks[r])
+                for r, c in known.items() if (-1 if c is None else c) == low
+            }
             waiting = {r: s for r, s in waiting.items() if r not in not_arrived}
     return waiting, not_arrived

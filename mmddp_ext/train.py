@@ -58,9 +58,9 @@ def check_runner_type(cfg: Config) -> None:
     if runner_type is not None and RUNNERS.get(runner_type) is None:
         known = sorted(RUNNERS.module_dict)
         close = difflib.get_close_matches(str(runner_type), known, n=1)
-        raise UserError(f'runner_type={runner_type!r} is not a registered runner'
-                        + (f' (did you mean {close[0]!r}?)' if close else '')
-                        + f'; known: {", ".join(known)}. A custom runner needs its module in '
+        raise UserError(f'runner_type={runner_type!r} is not a registered runner' +
+                        (f' (did you mean {close[0]!r}?)' if close else '') +
+                        f'; known: {", ".join(known)}. A custom runner needs its module in '
                         'custom_imports')
     from .runner.ddp_runner import plans
     if cfg.get('scaling') is not None and not plans(runner_type):
@@ -200,8 +200,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0
 
 
-def launch(config: Union[str, Config], nproc_per_node: int = 1, nnodes: int = 1,
-           node_rank: int = 0, master_addr: str = '127.0.0.1', master_port: Optional[int] = None,
+def launch(config: Union[str, Config], nproc_per_node: int = 1, nnodes: int = 1, node_rank: int = 0,
+           master_addr: str = '127.0.0.1', master_port: Optional[int] = None,
            args: Sequence[str] = (), max_restarts: int = 0, run_id: Optional[str] = None,
            start_method: str = 'spawn') -> dict:
     """Train ``config`` on ``nproc_per_node`` local processes with torch.distributed.elastic.
@@ -232,9 +232,8 @@ def launch(config: Union[str, Config], nproc_per_node: int = 1, nnodes: int = 1,
         >>> mmddp_ext.launch('configs/demo/td-hm_res18_1xb32-30e_demo-64x64.py',
         ...                  nproc_per_node=2, args=['--work-dir', 'work_dirs/demo'])
     """
-    return launch_workers(main, [_config_path(config), *args], nproc_per_node, nnodes,
-                          node_rank, master_addr, master_port, max_restarts, run_id,
-                          start_method)
+    return launch_workers(main, [_config_path(config), *args], nproc_per_node, nnodes, node_rank,
+                          master_addr, master_port, max_restarts, run_id, start_method)
 
 
 def _config_path(config) -> str:

@@ -17,10 +17,12 @@ def test_mmengine_uses_the_safe_loader_for_local_files():
 def test_loads_what_mmengine_checkpoints_hold(tmp_path):
     buf = HistoryBuffer()
     buf.update(0.5)
-    ckpt = dict(meta=dict(dataset_meta=dict(sigmas=np.array([0.026, 0.025], np.float32),
-                                            flip=np.arange(3), score=np.float64(0.3))),
-                message_hub=dict(log_scalars={'train/loss': buf}),
-                state_dict={'w': torch.ones(2)})
+    ckpt = dict(
+        meta=dict(
+            dataset_meta=dict(
+                sigmas=np.array([0.026, 0.025], np.float32), flip=np.arange(3), score=np.float64(
+                    0.3))), message_hub=dict(log_scalars={'train/loss': buf}),
+        state_dict={'w': torch.ones(2)})
     path = str(tmp_path / 'c.pth')
     torch.save(ckpt, path)
     out = CheckpointLoader.load_checkpoint(path, map_location='cpu')
@@ -31,11 +33,12 @@ def test_loads_what_mmengine_checkpoints_hold(tmp_path):
 
 
 class _RunsACommand:
+
     def __init__(self, marker):
         self.marker = marker
 
     def __reduce__(self):
-        return (os.system, (f'touch {self.marker}',))
+        return (os.system, (f'touch {self.marker}', ))
 
 
 def test_refuses_a_checkpoint_that_runs_code(tmp_path):
@@ -56,6 +59,7 @@ def test_missing_file_is_named(tmp_path):
 
 
 class _GetattrOther:
+
     def __reduce__(self):  # getattr on an allowlisted class, but not a statistics method
         return (getattr, (HistoryBuffer, '__init__'))
 

@@ -27,8 +27,14 @@ ARRAYS = [
     np.array(['nose', 'left_eye']),
     np.array([b'a', b'bc']),
 ]
-SCALARS = [np.float64(0.75), np.float32(1.5), np.int64(-3), np.uint8(7), np.bool_(True),
-           np.str_('person')]
+SCALARS = [
+    np.float64(0.75),
+    np.float32(1.5),
+    np.int64(-3),
+    np.uint8(7),
+    np.bool_(True),
+    np.str_('person')
+]
 
 
 def _plain_load(obj):
@@ -72,12 +78,26 @@ def test_a_whole_mmengine_checkpoint_loads_plainly_and_comes_back():
     state_dict = OrderedDict(weight=torch.ones(2))
     state_dict._metadata = OrderedDict({'': {'version': 1}})
     checkpoint = {
-        'meta': {'epoch': 2, 'dataset_meta': {'sigmas': ARRAYS[0], 'classes': ('person',)}},
+        'meta': {
+            'epoch': 2,
+            'dataset_meta': {
+                'sigmas': ARRAYS[0],
+                'classes': ('person', )
+            }
+        },
         'state_dict': state_dict,
-        'message_hub': {'log_scalars': OrderedDict({'train/loss': _history([0.5, 0.25])}),
-                        'runtime_info': OrderedDict(best_score=np.float64(0.7), iter=11),
-                        'resumed_keys': OrderedDict(best_score=True)},
-        'optimizer': {'state': {}, 'param_groups': [{'lr': 0.1, 'params': [0]}]},
+        'message_hub': {
+            'log_scalars': OrderedDict({'train/loss': _history([0.5, 0.25])}),
+            'runtime_info': OrderedDict(best_score=np.float64(0.7), iter=11),
+            'resumed_keys': OrderedDict(best_score=True)
+        },
+        'optimizer': {
+            'state': {},
+            'param_groups': [{
+                'lr': 0.1,
+                'params': [0]
+            }]
+        },
     }
     back = from_plain(_plain_load(to_plain(checkpoint)))
     assert pickle.dumps(back['meta']) == pickle.dumps(checkpoint['meta'])
@@ -110,8 +130,17 @@ def test_what_cannot_be_made_plain_is_left_as_it_is():
 def test_the_checkpoint_loader_gives_the_objects_back(tmp_path):
     # MMEngine's load_checkpoint (MMPose's init_model reads meta.dataset_meta through it)
     path = str(tmp_path / 'plain.pth')
-    torch.save(to_plain({'meta': {'dataset_meta': {'sigmas': ARRAYS[0]}},
-                         'state_dict': {'w': torch.ones(1)}}), path)
+    torch.save(
+        to_plain({
+            'meta': {
+                'dataset_meta': {
+                    'sigmas': ARRAYS[0]
+                }
+            },
+            'state_dict': {
+                'w': torch.ones(1)
+            }
+        }), path)
     for loaded in (load_checkpoint_file(path), CheckpointLoader.load_checkpoint(path)):
         sigmas = loaded['meta']['dataset_meta']['sigmas']
         assert type(sigmas) is np.ndarray and sigmas.dtype == np.float32

@@ -7,8 +7,7 @@ from mmddp_ext import failures
 from mmddp_ext.diagnose import summarize
 from mmddp_ext.memory import oom as oom_module
 
-PLAN = dict(per_device_batch_size=16, world_size=2, accumulative_counts=2,
-            global_batch_size=64)
+PLAN = dict(per_device_batch_size=16, world_size=2, accumulative_counts=2, global_batch_size=64)
 
 
 def _raise(exc):
@@ -22,13 +21,13 @@ def test_onednn_failure_under_a_budget_is_diagnosed_as_out_of_memory(tmp_path, m
     """The failure of the finder's batch in the field: oneDNN cannot allocate under the
     address-space limit. The record says out of memory, and so does the diagnosis, with the
     advice for it."""
-    monkeypatch.setattr(failures, 'address_space_limit', lambda: 3 * 2 ** 30)
-    monkeypatch.setattr(oom_module, 'address_space_limit', lambda: 3 * 2 ** 30)
+    monkeypatch.setattr(failures, 'address_space_limit', lambda: 3 * 2**30)
+    monkeypatch.setattr(oom_module, 'address_space_limit', lambda: 3 * 2**30)
     work = str(tmp_path)
     failures.record_failure(work, 1, _raise(RuntimeError('could not create a primitive')),
                             dict(plan=PLAN, memory_budget_mib=1030))
     record = json.load(open(osp.join(work, 'failures', 'rank1.json')))
-    assert record['oom'] is True and record['address_space_limit'] == 3 * 2 ** 30
+    assert record['oom'] is True and record['address_space_limit'] == 3 * 2**30
     text = summarize(work)
     assert 'first failing rank: 1' in text
     assert 'out of memory on rank 1' in text
@@ -46,9 +45,10 @@ def test_same_message_without_a_limit_is_not_called_out_of_memory(tmp_path, monk
 
 
 def test_old_records_without_the_flag_are_classified_from_their_text(tmp_path):
-    record = dict(rank=0, time=1.0, exc_type='RuntimeError', plan=PLAN,
-                  message="DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 "
-                          "bytes")
+    record = dict(
+        rank=0, time=1.0, exc_type='RuntimeError', plan=PLAN,
+        message="DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 "
+        "bytes")
     text = summarize(str(tmp_path), [record])
     assert 'out of memory on rank 0' in text and 'fit: per-device batch' in text
 
@@ -57,7 +57,8 @@ def test_failure_records_are_written_atomically(tmp_path):
     path = failures.record_failure(str(tmp_path), 3, _raise(ValueError('bad')))
     assert osp.basename(path) == 'rank3.json'
     assert sorted(p.name for p in (tmp_path / 'failures').iterdir()) == [
-        'rank3.json', 'rank3.traceback.txt']  # no temporary file left behind
+        'rank3.json', 'rank3.traceback.txt'
+    ]  # no temporary file left behind
 
 
 def test_a_missing_work_dir_is_an_error(tmp_path, capsys):
@@ -67,34 +68,37 @@ def test_a_missing_work_dir_is_an_error(tmp_path, capsys):
 
 
 def test_the_rank_that_lost_its_peer_is_not_blamed(tmp_path):
-    records = [dict(rank=0, time=1.0, exc_type='RuntimeError',
-                    message='[gloo/transport/tcp/pair.cc:534] Connection closed by peer'),
-               dict(rank=1, time=2.0, exc_type='FileNotFoundError', message='no such file x')]
+    records = [
+        dict(rank=0, time=1.0, exc_type='RuntimeError',
+             message='[gloo/transport/tcp/pair.cc:534] Connection closed by peer'),
+        dict(rank=1, time=2.0, exc_type='FileNotFoundError', message='no such file x')
+    ]
     text = summarize(str(tmp_path), records, ranks={}, launch=[])
     assert 'first failing rank: 1' in text and 'then: rank 0 RuntimeError' in text
 
 
 def test_a_signal_death_names_rank_pid_signal_iteration_and_memory(tmp_path):
-    launch = [dict(rank=1, local_rank=1, pid=4242, exitcode=-9, signal='SIGKILL',
-                   host='node7', time=5.0)]
-    ranks = {1: dict(rank=1, run='t', time=4.0, completed_iter=7, rss=3 * 2 ** 30,
-                     stacks=''),
-             0: dict(rank=0, run='t', time=4.5, completed_iter=7, rss=2 ** 30, stacks='')}
-    records = [dict(rank=0, time=6.0, exc_type='RuntimeError',
-                    message='Connection closed by peer')]
+    launch = [
+        dict(rank=1, local_rank=1, pid=4242, exitcode=-9, signal='SIGKILL', host='node7', time=5.0)
+    ]
+    ranks = {
+        1: dict(rank=1, run='t', time=4.0, completed_iter=7, rss=3 * 2**30, stacks=''),
+        0: dict(rank=0, run='t', time=4.5, completed_iter=7, rss=2**30, stacks='')
+    }
+    records = [dict(rank=0, time=6.0, exc_type='RuntimeError', message='Connection closed by peer')]
     text = summarize(str(tmp_path), records, ranks, launch)
     assert ('rank 1 (host node7, pid 4242) was killed by SIGKILL after completing '
             'iteration 7') in text
     assert 'last memory sample: host RSS 3072 MiB' in text
-    assert 'first failing rank' not in text          # rank 0 only lost its peer
+    assert 'first failing rank' not in text  # rank 0 only lost its peer
     assert 'then: rank 0 RuntimeError (peer lost)' in text
 
 
 def test_the_kernel_log_names_the_oom_killer():
     from mmddp_ext.deaths import death_lines
-    lines = death_lines(dict(rank=2, pid=77, exitcode=-9), dict(completed_iter=None),
-                        ['[ 12.3] Out of memory: Killed process 77 (python) total-vm:9kB'],
-                        None)
+    lines = death_lines(
+        dict(rank=2, pid=77, exitcode=-9), dict(completed_iter=None),
+        ['[ 12.3] Out of memory: Killed process 77 (python) total-vm:9kB'], None)
     assert lines[0].startswith('rank 2 (host None, pid 77) was killed by SIGKILL before '
                                'completing an iteration')
     assert "cause: the host's out-of-memory killer chose this rank" in '\n'.join(lines)
@@ -106,9 +110,11 @@ def test_progress_of_an_older_run_is_ignored(tmp_path):
              '  File "/home/me/model.py", line 5 in forward\n')
     waits = ('Thread 0x2 (most recent call first):\n  File "/x/site-packages/torch/autograd/'
              'graph.py", line 8 in _engine_run_backward\n')
-    ranks = {0: dict(rank=0, run='new', time=10, completed_iter=4, main_thread=2, stacks=waits),
-             1: dict(rank=1, run='new', time=11, completed_iter=4, main_thread=1, stacks=stuck),
-             3: dict(rank=3, run='old', time=1, completed_iter=9, main_thread=3, stacks='')}
+    ranks = {
+        0: dict(rank=0, run='new', time=10, completed_iter=4, main_thread=2, stacks=waits),
+        1: dict(rank=1, run='new', time=11, completed_iter=4, main_thread=1, stacks=stuck),
+        3: dict(rank=3, run='old', time=1, completed_iter=9, main_thread=3, stacks='')
+    }
     text = summarize(str(tmp_path), [], ranks, [])
     assert 'hang: no progress for 9 s' in text
     assert 'rank 1 did not arrive; it was in /home/me/model.py:5 in forward' in text
@@ -122,10 +128,14 @@ def test_the_waiting_rank_that_raised_when_its_peer_left_is_not_named():
     stuck = ('Timeout (0:00:08)!\nThread 0x1 (most recent call first):\n'
              '  File "/home/me/model.py", line 5 in forward\n')
     exiting = 'Current thread 0x2 (most recent call first):\n  Garbage-collecting\n'
-    ranks = {0: dict(rank=0, run='r', time=10, completed_iter=2, main_thread=2, stacks=exiting),
-             1: dict(rank=1, run='r', time=10, completed_iter=2, main_thread=1, stacks=stuck)}
-    records = [dict(rank=0, time=12.0, exc_type='RuntimeError',
-                    message='[gloo/transport/tcp/pair.cc:561] Connection closed by peer')]
+    ranks = {
+        0: dict(rank=0, run='r', time=10, completed_iter=2, main_thread=2, stacks=exiting),
+        1: dict(rank=1, run='r', time=10, completed_iter=2, main_thread=1, stacks=stuck)
+    }
+    records = [
+        dict(rank=0, time=12.0, exc_type='RuntimeError',
+             message='[gloo/transport/tcp/pair.cc:561] Connection closed by peer')
+    ]
     text = summarize('.', records, ranks, [])
     assert 'rank 1 did not arrive; it was in /home/me/model.py:5 in forward' in text
     assert 'rank 0 did not arrive' not in text

@@ -18,8 +18,8 @@ DET = 'mmdet::faster_rcnn/faster-rcnn_r50-caffe_fpn_ms-90k_coco.py'
 
 
 def _explain(config, *extra, env=None):
-    out = check_ok(run([PYTHON, 'tools/dist_train.py', config, '--explain', '--json', *extra],
-                       env=env))
+    out = check_ok(
+        run([PYTHON, 'tools/dist_train.py', config, '--explain', '--json', *extra], env=env))
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -45,19 +45,19 @@ def test_expectations_follow_the_worked_example():
     assert _expected(DET, 1)['max_iters'] == 8 * written_recipe(DET)['cfg'].train_cfg.max_iters
 
 
-@pytest.mark.parametrize('config, world', [
-    (POSE, 1), (POSE, 2), (POSE, 16), (DET, 1), (DET, 2), (DET, 16)])
+@pytest.mark.parametrize('config, world', [(POSE, 1), (POSE, 2), (POSE, 16), (DET, 1), (DET, 2),
+                                           (DET, 16)])
 def test_explain_json_on_installed_configs(config, world):
     # the installed file path, as the issue asks; pkg::path is covered below
     info = _explain(resolve_config_path(config), '--world-size', str(world))
     assert set(JSON_KEYS) <= set(info)
     assert info['world_size'] == world
     for key, value in _expected(config, world).items():
-        assert info[key] == (pytest.approx(value) if isinstance(value, (float, list))
-                             else value), key
+        assert info[key] == (pytest.approx(value) if isinstance(value,
+                                                                (float, list)) else value), key
     assert info['per_device_batch_size'] * world * info['accumulative_counts'] == \
         info['global_batch_size']
-    if info['max_iters'] is not None:   # the samples seen are those of the config as written
+    if info['max_iters'] is not None:  # the samples seen are those of the config as written
         w = written_recipe(config)
         assert info['max_iters'] * info['per_device_batch_size'] * world == \
             w['cfg'].train_cfg.max_iters * w['global_batch']
@@ -70,14 +70,15 @@ def test_explain_accepts_pkg_path_and_cfg_options():
                     'scaling.lr_rule=sqrt', 'scaling.global_batch_size=256')
     w = written_recipe(POSE)
     assert info['global_batch_size'] == 256 and info['lr_rule'] == 'sqrt'
-    assert info['lr_scale'] == pytest.approx((256 / w['base']) ** 0.5)
-    assert info['lrs'] == [pytest.approx(w['lr'] * (256 / w['base']) ** 0.5)]
+    assert info['lr_scale'] == pytest.approx((256 / w['base'])**0.5)
+    assert info['lrs'] == [pytest.approx(w['lr'] * (256 / w['base'])**0.5)]
     assert (w['base'], w['lr']) == (512, 5e-4)
 
 
 def test_explain_world_size_from_the_environment():
-    info = _explain(DEMO_CONFIG, env=dict(RANK='0', WORLD_SIZE='4', MASTER_ADDR='127.0.0.1',
-                                          MASTER_PORT='29500'))
+    info = _explain(
+        DEMO_CONFIG, env=dict(RANK='0', WORLD_SIZE='4', MASTER_ADDR='127.0.0.1',
+                              MASTER_PORT='29500'))
     assert info['world_size'] == 4 and info['per_device_batch_size'] == 8  # 1xb32: 32 / 4
     expect = recipe_expectation(DEMO_CONFIG, 4)
     assert info['per_device_batch_size'] == expect['per_device_batch_size']
@@ -85,8 +86,8 @@ def test_explain_world_size_from_the_environment():
 
 
 def test_explain_readable_and_errors():
-    out = check_ok(run([PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--explain',
-                        '--world-size', '2']))
+    out = check_ok(
+        run([PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--explain', '--world-size', '2']))
     assert 'per-GPU batch 16 × 2 GPUs × accumulation 1 = global 32' in out
     bad = run([PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--explain', '--world-size', '3'])
     assert bad.returncode == 1

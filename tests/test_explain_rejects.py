@@ -9,11 +9,11 @@ from conftest import DEMO_CONFIG
 
 @pytest.mark.parametrize('options, message', [
     (['runner_type=DDPRuner'], "runner_type='DDPRuner' is not a registered runner (did you mean "
-                               "'DDPRunner'?)"),
+     "'DDPRunner'?)"),
     (['runner_type=Runner'], "the config sets `scaling` but runner_type is 'Runner', which "
-                             "ignores it"),
+     "ignores it"),
     (['scaling.max_batch_per_device=auto'], "scaling.max_batch_per_device='auto' on a CPU "
-                                            "needs a memory budget"),
+     "needs a memory budget"),
 ])
 def test_explain_rejects_what_training_rejects(capsys, options, message):
     if 'scaling' not in ' '.join(options):
@@ -33,8 +33,10 @@ def test_explain_accepts_a_registered_subclass_of_ddprunner(capsys):
     class MyPlanningRunner(DDPRunner):
         pass
 
-    code = main([DEMO_CONFIG, '--explain', '--world-size', '2', '--cfg-options',
-                 'runner_type=MyPlanningRunner', 'scaling.lr_rule=linear'])
+    code = main([
+        DEMO_CONFIG, '--explain', '--world-size', '2', '--cfg-options',
+        'runner_type=MyPlanningRunner', 'scaling.lr_rule=linear'
+    ])
     out = capsys.readouterr().out
     assert code == 0
     assert 'plan: per-GPU batch 16 × 2 GPUs × accumulation 1 = global 32' in out

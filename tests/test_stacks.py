@@ -26,7 +26,7 @@ def test_a_real_dump_is_parsed_per_thread(tmp_path):
         release.set()
         worker.join()
     dump = parse_dump(path.read_text())
-    assert dump.timeout is None                      # not the watchdog's heading
+    assert dump.timeout is None  # not the watchdog's heading
     frames = dump.threads[worker.ident]
     assert frames[0].func == 'wait' and '_blocked_here' in [fr.func for fr in frames]
     assert user_frame(frames).func == '_blocked_here'  # threading.py is library code
@@ -45,14 +45,16 @@ def test_the_watchdog_heading_and_the_last_of_several_dumps():
 SITE = '/venv/lib/python3.11/site-packages/'
 
 
-@pytest.mark.parametrize('inner,expected', [
-    (SITE + 'torch/autograd/graph.py', "backward (DDP's gradient all-reduce)"),
-    (SITE + 'torch/distributed/distributed_c10d.py', 'a torch.distributed collective'),
-    (SITE + 'torch/nn/parallel/distributed.py', "DDP's forward (buffer broadcast)"),
-    (SITE + 'mmengine/dist/dist.py', 'an MMEngine collective (mmengine.dist)'),
-    (SITE + 'torch/utils/data/dataloader.py', None),   # waiting for data is not a collective
-    ('/home/me/model.py', None),
-])
+@pytest.mark.parametrize(
+    'inner,expected',
+    [
+        (SITE + 'torch/autograd/graph.py', "backward (DDP's gradient all-reduce)"),
+        (SITE + 'torch/distributed/distributed_c10d.py', 'a torch.distributed collective'),
+        (SITE + 'torch/nn/parallel/distributed.py', "DDP's forward (buffer broadcast)"),
+        (SITE + 'mmengine/dist/dist.py', 'an MMEngine collective (mmengine.dist)'),
+        (SITE + 'torch/utils/data/dataloader.py', None),  # waiting for data is not a collective
+        ('/home/me/model.py', None),
+    ])
 def test_wait_sites(inner, expected):
     assert wait_site([Frame(inner, 1, 'f'), Frame('/home/me/train.py', 9, '<module>')]) == expected
 
@@ -62,8 +64,11 @@ def _frames(path):
 
 
 def test_the_rank_outside_a_collective_did_not_arrive():
-    stacks = {0: _frames(SITE + 'torch/autograd/graph.py'), 1: _frames('/home/me/model.py'),
-              2: _frames(SITE + 'torch/autograd/graph.py')}
+    stacks = {
+        0: _frames(SITE + 'torch/autograd/graph.py'),
+        1: _frames('/home/me/model.py'),
+        2: _frames(SITE + 'torch/autograd/graph.py')
+    }
     waiting, late = split_ranks(stacks, {0: 7, 1: 7, 2: 7})
     assert sorted(waiting) == [0, 2] and list(late) == [1]
     assert late[1].startswith('/home/me/model.py:10 in f')
@@ -75,4 +80,4 @@ def test_when_every_rank_waits_the_one_behind_did_not_arrive():
     waiting, late = split_ranks(stacks, {0: 8, 1: 7, 2: 8})
     assert list(late) == [1] and sorted(waiting) == [0, 2]
     waiting, late = split_ranks(stacks, {0: 8, 1: 8, 2: 8})
-    assert late == {} and sorted(waiting) == [0, 1, 2]   # cannot tell: says so
+    assert late == {} and sorted(waiting) == [0, 1, 2]  # cannot tell: says so

@@ -12,8 +12,10 @@ Usage::
 import argparse
 import time
 
-DEFAULTS = {'pose': dict(out='data/demo_coco', num_train=320, num_val=80),
-            'det': dict(out='data/demo_det', num_train=200, num_val=50)}
+DEFAULTS = {
+    'pose': dict(out='data/demo_coco', num_train=320, num_val=80),
+    'det': dict(out='data/demo_det', num_train=200, num_val=50)
+}
 
 
 def main() -> None:

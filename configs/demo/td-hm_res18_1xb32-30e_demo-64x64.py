@@ -20,8 +20,8 @@ param_scheduler = [
 auto_scale_lr = dict(base_batch_size=32)
 
 default_hooks = dict(
-    logger=dict(interval=5),
-    checkpoint=dict(interval=10, max_keep_ckpts=2, save_best='coco/AP', rule='greater'))
+    logger=dict(interval=5), checkpoint=dict(interval=10, max_keep_ckpts=2, save_best='coco/AP',
+                                             rule='greater'))
 
 codec = dict(type='MSRAHeatmap', input_size=(64, 64), heatmap_size=(16, 16), sigma=1)
 
@@ -47,13 +47,9 @@ val_pipeline = [
 ]
 
 train_dataloader = dict(
-    batch_size=32,
-    num_workers=2,
-    dataset=dict(
-        data_root=data_root,
-        ann_file='annotations/train.json',
-        data_prefix=dict(img='train/'),
-        pipeline=train_pipeline))
+    batch_size=32, num_workers=2,
+    dataset=dict(data_root=data_root, ann_file='annotations/train.json',
+                 data_prefix=dict(img='train/'), pipeline=train_pipeline))
 val_dataloader = dict(
     batch_size=32,
     num_workers=2,

@@ -32,8 +32,8 @@ from .pose import check_sizes, write_annotations
 CLASSES = ('square', 'circle', 'triangle')
 # Per class, the (low, high) range of each BGR channel of the fill colour.
 _COLOUR_FAMILIES = {
-    'square': ((0, 70), (0, 70), (170, 256)),    # red
-    'circle': ((0, 70), (160, 256), (0, 70)),    # green
+    'square': ((0, 70), (0, 70), (170, 256)),  # red
+    'circle': ((0, 70), (160, 256), (0, 70)),  # green
     'triangle': ((170, 256), (0, 90), (0, 70)),  # blue
 }
 _MAX_OBJECTS = 4
@@ -102,9 +102,12 @@ def render_sample(rng: np.random.Generator, size: int) -> Tuple[np.ndarray, List
         img[mask] = np.clip(colour + noise, 0, 255).astype(np.uint8)
         ys, xs = np.nonzero(mask)
         x, y = int(xs.min()), int(ys.min())
-        objects.append(dict(category_id=label + 1, area=float(mask.sum()),
-                            bbox=[float(x), float(y), float(xs.max() - x + 1),
-                                  float(ys.max() - y + 1)]))
+        objects.append(
+            dict(category_id=label + 1, area=float(mask.sum()),
+                 bbox=[float(x),
+                       float(y),
+                       float(xs.max() - x + 1),
+                       float(ys.max() - y + 1)]))
     return img, objects
 
 
@@ -133,8 +136,8 @@ def make_split(out_dir: str, split: str, num_images: int, size: int,
         for obj in objects:
             annotations.append(dict(id=len(annotations) + 1, image_id=i + 1, iscrowd=0, **obj))
     coco = dict(
-        info=dict(description=f'mmddp_ext demo coloured shapes ({split})'),
-        images=images, annotations=annotations,
+        info=dict(description=f'mmddp_ext demo coloured shapes ({split})'), images=images,
+        annotations=annotations,
         categories=[dict(id=k + 1, name=n, supercategory='shape') for k, n in enumerate(CLASSES)])
     return write_annotations(out_dir, split, coco)
 
@@ -164,5 +167,7 @@ def make_demo_det_dataset(out_dir: str, num_train: int = 200, num_val: int = 50,
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f'seed must be a non-negative integer, got {seed!r}')
     train_rng, val_rng = np.random.default_rng(seed).spawn(2)
-    return {'train': make_split(out_dir, 'train', num_train, size, train_rng),
-            'val': make_split(out_dir, 'val', num_val, size, val_rng)}
+    return {
+        'train': make_split(out_dir, 'train', num_train, size, train_rng),
+        'val': make_split(out_dir, 'val', num_val, size, val_rng)
+    }

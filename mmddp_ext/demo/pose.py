@@ -27,8 +27,7 @@ from ..utils.io import atomic_write_text
 
 KEYPOINT_NAMES = ('nose', 'left_eye', 'right_eye', 'left_ear', 'right_ear', 'left_shoulder',
                   'right_shoulder', 'left_elbow', 'right_elbow', 'left_wrist', 'right_wrist',
-                  'left_hip', 'right_hip', 'left_knee', 'right_knee', 'left_ankle',
-                  'right_ankle')
+                  'left_hip', 'right_hip', 'left_knee', 'right_knee', 'left_ankle', 'right_ankle')
 # COCO skeleton, 0-based keypoint indices.
 SKELETON = ((15, 13), (13, 11), (16, 14), (14, 12), (11, 12), (5, 11), (6, 12), (5, 6), (5, 7),
             (6, 8), (7, 9), (8, 10), (1, 2), (0, 1), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6))
@@ -56,10 +55,10 @@ def random_pose(rng: np.random.Generator) -> np.ndarray:
     down = np.array([math.sin(lean), math.cos(lean)])
     across = np.array([down[1], -down[0]])  # the person's left, seen from the front
     neck, pelvis = -0.28 * down, 0.05 * down
-    kp[5], kp[6] = neck + 0.11 * across, neck - 0.11 * across     # shoulders
+    kp[5], kp[6] = neck + 0.11 * across, neck - 0.11 * across  # shoulders
     kp[11], kp[12] = pelvis + 0.08 * across, pelvis - 0.08 * across  # hips
     head = neck - 0.13 * down + rng.uniform(-0.03, 0.03) * across
-    kp[0] = head + 0.02 * down                                     # nose
+    kp[0] = head + 0.02 * down  # nose
     kp[1], kp[2] = head + 0.03 * across - 0.01 * down, head - 0.03 * across - 0.01 * down
     kp[3], kp[4] = head + 0.06 * across + 0.01 * down, head - 0.06 * across + 0.01 * down
 
@@ -73,8 +72,8 @@ def random_pose(rng: np.random.Generator) -> np.ndarray:
             angle += side * rng.uniform(-0.3, 1.2)
         return pts
 
-    kp[7], kp[9] = chain(kp[5], 1.0, (0.16, 0.15), (-0.2, 2.4))   # left arm
-    kp[8], kp[10] = chain(kp[6], -1.0, (0.16, 0.15), (-0.2, 2.4))   # right arm
+    kp[7], kp[9] = chain(kp[5], 1.0, (0.16, 0.15), (-0.2, 2.4))  # left arm
+    kp[8], kp[10] = chain(kp[6], -1.0, (0.16, 0.15), (-0.2, 2.4))  # right arm
     kp[13], kp[15] = chain(kp[11], 1.0, (0.22, 0.21), (-0.1, 0.7))  # left leg
     kp[14], kp[16] = chain(kp[12], -1.0, (0.22, 0.21), (-0.1, 0.7))  # right leg
     return kp - kp.mean(axis=0)
@@ -111,8 +110,8 @@ def _annotation(ann_id: int, image_id: int, kpts: np.ndarray, size: int) -> Dict
     w, h = float(x1 - x0), float(y1 - y0)
     return dict(id=ann_id, image_id=image_id, category_id=1, iscrowd=0,
                 bbox=[float(x0), float(y0), w, h], area=w * h,
-                keypoints=[round(float(v), 2) for v in kpts.reshape(-1)],
-                num_keypoints=int((kpts[:, 2] > 0).sum()))
+                keypoints=[round(float(v), 2) for v in kpts.reshape(-1)], num_keypoints=int(
+                    (kpts[:, 2] > 0).sum()))
 
 
 def make_split(out_dir: str, split: str, num_images: int, size: int, seed: int) -> str:
@@ -129,10 +128,10 @@ def make_split(out_dir: str, split: str, num_images: int, size: int, seed: int) 
         annotations.append(_annotation(i + 1, i + 1, kpts, size))
     coco = dict(
         info=dict(description=f'mmddp_ext demo stick figures ({split}, seed {seed})'),
-        images=images, annotations=annotations,
-        categories=[dict(id=1, name='person', supercategory='person',
-                         keypoints=list(KEYPOINT_NAMES),
-                         skeleton=[[a + 1, b + 1] for a, b in SKELETON])])
+        images=images, annotations=annotations, categories=[
+            dict(id=1, name='person', supercategory='person', keypoints=list(KEYPOINT_NAMES),
+                 skeleton=[[a + 1, b + 1] for a, b in SKELETON])
+        ])
     return write_annotations(out_dir, split, coco)
 
 
@@ -159,5 +158,7 @@ def make_demo_dataset(out_dir: str, num_train: int = 320, num_val: int = 80, siz
     Deterministic for a given ``seed`` (train uses ``seed``, val ``seed + 1``).
     """
     check_sizes(num_train, num_val, size, 'a figure')
-    return {'train': make_split(out_dir, 'train', num_train, size, seed),
-            'val': make_split(out_dir, 'val', num_val, size, seed + 1)}
+    return {
+        'train': make_split(out_dir, 'train', num_train, size, seed),
+        'val': make_split(out_dir, 'val', num_val, size, seed + 1)
+    }

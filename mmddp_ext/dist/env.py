@@ -143,8 +143,8 @@ def slurm_to_torch(environ: Mapping[str, str]) -> dict:
     fix = 'run the command under srun, e.g. srun -N1 -n2 python tools/dist_train.py CONFIG ' \
           '--launcher slurm (or use tools/slurm_train.sh)'
     out = {}
-    for src, dst in (('SLURM_PROCID', 'RANK'), ('SLURM_NTASKS', 'WORLD_SIZE'),
-                     ('SLURM_LOCALID', 'LOCAL_RANK')):
+    for src, dst in (('SLURM_PROCID', 'RANK'), ('SLURM_NTASKS', 'WORLD_SIZE'), ('SLURM_LOCALID',
+                                                                                'LOCAL_RANK')):
         if environ.get(src, '') == '':
             raise DistEnvError(f'{src} is not set, but --launcher slurm needs it: {fix}')
         out[dst] = environ[src]
@@ -259,8 +259,8 @@ def _read_torch_vars(env: Mapping[str, str], launcher: str, num_gpus: int) -> Di
                         'of the host of rank 0 (fine only if all "nodes" are this machine)')
     return DistEnv(launcher=launcher, rank=rank, local_rank=local, world_size=world,
                    local_world_size=lws, node_rank=node_rank, nnodes=nnodes, master_addr=addr,
-                   master_port=port, local_rank_source=source,
-                   under_torchrun='TORCHELASTIC_RUN_ID' in env, warnings=tuple(warnings))
+                   master_port=port, local_rank_source=source, under_torchrun='TORCHELASTIC_RUN_ID'
+                   in env, warnings=tuple(warnings))
 
 
 def _master(env: Mapping[str, str]) -> Tuple[str, int]:

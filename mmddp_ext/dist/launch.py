@@ -22,11 +22,10 @@ from datetime import timedelta
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 from .env import DistEnv, DistEnvError, choose_backend
-from .run_front import (DEFAULT_LOG_EVERY, DEFAULT_TIMEOUT, IFNAME_VARS, LOG_EVERY_ENV,
-                        TIMEOUT_ENV, find_free_port, is_loopback,
-                        listen_on, loopback_store, pin_loopback_interfaces, port_free,
-                        port_in_use_message, seconds_from_env, unreachable_causes,
-                        wait_for_listener)
+from .run_front import (DEFAULT_LOG_EVERY, DEFAULT_TIMEOUT, IFNAME_VARS, LOG_EVERY_ENV, TIMEOUT_ENV,
+                        find_free_port, is_loopback, listen_on, loopback_store,
+                        pin_loopback_interfaces, port_free, port_in_use_message, seconds_from_env,
+                        unreachable_causes, wait_for_listener)
 from .run_front import log as _log
 
 RENDEZVOUS_TIMEOUT_ENV = TIMEOUT_ENV
@@ -58,8 +57,8 @@ def check_port_free(port: int) -> None:
     """Raise DistEnvError when ``port`` is already bound on this host (rank 0 only); the message
     names the process holding it where this user can see it."""
     if not port_free(port):
-        raise DistEnvError(port_in_use_message('MASTER_PORT', port,
-                                               'choose a free port for every process'))
+        raise DistEnvError(
+            port_in_use_message('MASTER_PORT', port, 'choose a free port for every process'))
 
 
 def _open_store(env: DistEnv, timeout: float):
@@ -80,10 +79,10 @@ def _open_store(env: DistEnv, timeout: float):
     if env.rank == 0:
         check_port_free(env.master_port)
         return dist.TCPStore(env.master_addr, env.master_port, env.world_size, True, **kwargs)
-    error = wait_for_listener(env.master_addr, env.master_port, timeout,
-                              _seconds(LOG_EVERY_ENV, DEFAULT_LOG_EVERY), lambda s: (
-                                  f'rank {env.rank} waiting for rank 0 at {env.master_addr}:'
-                                  f'{env.master_port} ({s:.0f} s)'))
+    error = wait_for_listener(
+        env.master_addr, env.master_port, timeout, _seconds(LOG_EVERY_ENV, DEFAULT_LOG_EVERY),
+        lambda s: (f'rank {env.rank} waiting for rank 0 at {env.master_addr}:'
+                   f'{env.master_port} ({s:.0f} s)'))
     if error is not None:
         raise DistEnvError(
             f'rank {env.rank} could not reach the rank-0 store at {where} within {timeout:.0f} '
@@ -193,11 +192,10 @@ def shutdown() -> None:
             dist.destroy_process_group()
 
 
-def launch_workers(main_func: Callable[..., Any], argv: Sequence[str] = (),
-                   nproc_per_node: int = 1, nnodes: int = 1, node_rank: int = 0,
-                   master_addr: str = '127.0.0.1', master_port: Optional[int] = None,
-                   max_restarts: int = 0, run_id: Optional[str] = None,
-                   start_method: str = 'spawn') -> dict:
+def launch_workers(main_func: Callable[..., Any], argv: Sequence[str] = (), nproc_per_node: int = 1,
+                   nnodes: int = 1, node_rank: int = 0, master_addr: str = '127.0.0.1',
+                   master_port: Optional[int] = None, max_restarts: int = 0,
+                   run_id: Optional[str] = None, start_method: str = 'spawn') -> dict:
     """Run ``main_func(list(argv))`` in ``nproc_per_node`` local processes under
     torch.distributed.elastic (the agent starts, watches and restarts them), as torchrun
     would: the launcher is handed the function to run; it never imports the training entry.
@@ -232,8 +230,7 @@ def launch_workers(main_func: Callable[..., Any], argv: Sequence[str] = (),
     if nnodes == 1 and is_loopback(master_addr):  # listen on loopback only (see run_front)
         master_addr = '127.0.0.1' if master_addr == 'localhost' else master_addr
         try:
-            store, master_port = loopback_store(master_addr, master_port or 0,
-                                                rendezvous_timeout())
+            store, master_port = loopback_store(master_addr, master_port or 0, rendezvous_timeout())
         except OSError:
             if master_port:
                 check_port_free(master_port)  # names the process holding it
@@ -244,10 +241,10 @@ def launch_workers(main_func: Callable[..., Any], argv: Sequence[str] = (),
     port = master_port or find_free_port(master_addr)
     lc = LaunchConfig(min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=nproc_per_node,
                       run_id=run_id or uuid.uuid4().hex[:8], rdzv_backend='static',
-                      rdzv_endpoint=f'{master_addr}:{port}',
-                      rdzv_configs={'rank': node_rank, 'timeout': rendezvous_timeout()},
-                      max_restarts=max_restarts, start_method=start_method,
-                      monitor_interval=0.5)
+                      rdzv_endpoint=f'{master_addr}:{port}', rdzv_configs={
+                          'rank': node_rank,
+                          'timeout': rendezvous_timeout()
+                      }, max_restarts=max_restarts, start_method=start_method, monitor_interval=0.5)
     try:
         return elastic_launch(lc, main_func)(list(argv))
     finally:

@@ -40,12 +40,11 @@ from ..memory.budget import ranks_out_of_memory, release_memory
 from ..memory.oom import is_oom_error
 from ..utils.batch import batch_length, split_batch
 
-CHUNK_BYTES = 25 * 2 ** 20
+CHUNK_BYTES = 25 * 2**20
 
 
 def _log(message: str) -> None:
-    print_log(f'[mmddp_ext] on_oom=microbatch: {message}', logger='current',
-              level=logging.WARNING)
+    print_log(f'[mmddp_ext] on_oom=microbatch: {message}', logger='current', level=logging.WARNING)
 
 
 class FlatGradients:
@@ -134,8 +133,8 @@ class MicrobatchDDP(torch.nn.Module):
         self.micro_batches = 1
         self.redone = 0
         self.failed_micro_batch: Optional[int] = None
-        self._pending: List[tuple] = []      # (batch, loss weight) of the current cycle
-        self._done = 0                       # pending batches whose gradients are in place
+        self._pending: List[tuple] = []  # (batch, loss weight) of the current cycle
+        self._done = 0  # pending batches whose gradients are in place
         self._saved_buffers: Optional[List[torch.Tensor]] = None
 
     def _backward(self, loss: torch.Tensor, optim_wrapper, count: bool) -> None:

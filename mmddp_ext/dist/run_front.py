@@ -146,8 +146,10 @@ def port_holder(port: int) -> Optional[str]:
     ``port`` on this host, as far as this user can see; None when nobody visible does."""
     try:
         import psutil
-        conns = [c for c in psutil.net_connections('inet')
-                 if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+        conns = [
+            c for c in psutil.net_connections('inet')
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+        ]
     except Exception:  # psutil missing, or not allowed to list connections
         return None
     if not conns:
@@ -224,9 +226,8 @@ def loopback_store(host: str, port: int, timeout: float):
 
     import torch.distributed as dist
     # the store owns (and closes) the listening socket from here on
-    store = dist.TCPStore(host, port, 1, True, timedelta(seconds=timeout),
-                          wait_for_workers=False, multi_tenant=True,
-                          master_listen_fd=sock.detach())
+    store = dist.TCPStore(host, port, 1, True, timedelta(seconds=timeout), wait_for_workers=False,
+                          multi_tenant=True, master_listen_fd=sock.detach())
     return store, port
 
 
@@ -255,9 +256,10 @@ def failure_records(failures: dict) -> List[dict]:
             name = signal.Signals(-f.exitcode).name if f.exitcode < 0 else None
         except ValueError:
             name = None
-        records.append(dict(rank=rank, local_rank=f.local_rank, pid=f.pid, exitcode=f.exitcode,
-                            signal=name, host=host, time=f.timestamp,
-                            error_file=None if f.error_file == '<N/A>' else f.error_file))
+        records.append(
+            dict(rank=rank, local_rank=f.local_rank, pid=f.pid, exitcode=f.exitcode, signal=name,
+                 host=host, time=f.timestamp,
+                 error_file=None if f.error_file == '<N/A>' else f.error_file))
     return records
 
 
@@ -298,8 +300,12 @@ def _workers_started() -> bool:
         return True  # cannot tell: stay quiet
 
 
-_OPTIONS = {'--nnodes': 'nnodes', '--node-rank': 'node_rank', '--master-addr': 'master_addr',
-            '--master-port': 'master_port'}
+_OPTIONS = {
+    '--nnodes': 'nnodes',
+    '--node-rank': 'node_rank',
+    '--master-addr': 'master_addr',
+    '--master-port': 'master_port'
+}
 
 
 def split_args(argv: Sequence[str]) -> Tuple[dict, List[str]]:
@@ -323,21 +329,24 @@ def _prepare(opts: dict, timeout: float, log_every: float):
         try:
             store, port = loopback_store('127.0.0.1', int(port or 0), timeout)
         except OSError as e:
-            raise ValueError(port_in_use_message(
-                'PORT', int(port), 'leave PORT unset on a single node (a free port is picked) '
-                'or choose another') if e.errno == errno.EADDRINUSE else
-                f'cannot listen on 127.0.0.1:{port}: {e.strerror}') from None
+            raise ValueError(
+                port_in_use_message(
+                    'PORT', int(port), 'leave PORT unset on a single node (a free port is picked) '
+                    'or choose another') if e.errno ==
+                errno.EADDRINUSE else f'cannot listen on 127.0.0.1:{port}: {e.strerror}') from None
         note = pin_loopback_interfaces(os.environ)
         if note:
             log(note)
         return '127.0.0.1', port, store
     port = int(port or 29500)
     if node_rank == 0 and not port_free(port):
-        raise ValueError(port_in_use_message(
-            'PORT', port, 'stop that process or choose another PORT on every node'))
+        raise ValueError(
+            port_in_use_message('PORT', port,
+                                'stop that process or choose another PORT on every node'))
     if node_rank > 0:
-        error = wait_for_listener(addr, port, timeout, log_every, lambda s: (
-            f'node {node_rank} waiting for node 0 at {addr}:{port} ({s:.0f} s)'))
+        error = wait_for_listener(
+            addr, port, timeout, log_every, lambda s:
+            (f'node {node_rank} waiting for node 0 at {addr}:{port} ({s:.0f} s)'))
         if error is not None:
             raise ValueError(
                 f'node {node_rank} could not reach node 0 at MASTER_ADDR={addr} PORT={port} '
@@ -363,12 +372,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     waiter = None
     if nnodes > 1:
         whom = f'the other nodes (NNODES={nnodes})' if node_rank == 0 else 'the rendezvous'
-        waiter = _WaitLog(lambda s: f'node {node_rank} waiting for {whom} at {addr}:{port} '
-                          f'({s:.0f} s)', log_every, _workers_started)
+        waiter = _WaitLog(
+            lambda s: f'node {node_rank} waiting for {whom} at {addr}:{port} '
+            f'({s:.0f} s)', log_every, _workers_started)
         waiter.start()
-    args = [f'--nnodes={nnodes}', f'--node-rank={node_rank}', '--rdzv-backend=static',
-            f'--master-addr={addr}', f'--master-port={port}',
-            f'--rdzv-conf=timeout={math.ceil(timeout)}', *rest]
+    args = [
+        f'--nnodes={nnodes}', f'--node-rank={node_rank}', '--rdzv-backend=static',
+        f'--master-addr={addr}', f'--master-port={port}',
+        f'--rdzv-conf=timeout={math.ceil(timeout)}', *rest
+    ]
     try:
         run(parse_args(args))
     except ChildFailedError as e:

@@ -65,7 +65,7 @@ def tie_workers(dataloader: Any) -> Any:
     Only before its workers start (before the first ``iter()``); loaders without worker
     processes, or already tied, are returned unchanged.
     """
-    if getattr(dataloader, 'num_workers', 0) and not isinstance(
-            getattr(dataloader, 'worker_init_fn', None), WorkerInit):
+    if getattr(dataloader, 'num_workers',
+               0) and not isinstance(getattr(dataloader, 'worker_init_fn', None), WorkerInit):
         dataloader.worker_init_fn = WorkerInit(dataloader.worker_init_fn)
     return dataloader

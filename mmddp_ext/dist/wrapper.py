@@ -76,7 +76,8 @@ def batchnorm_for_cpu(model: Any) -> Any:
         return model
     from mmengine.logging import print_log
     from mmengine.model import revert_sync_batchnorm
-    print_log(f'[mmddp_ext] training on CPUs: {count} SyncBN layer(s) converted to BatchNorm '
-              '(SyncBN needs CUDA; statistics are per process, as in a single process); on GPUs '
-              'SyncBN stays', logger='current')
+    print_log(
+        f'[mmddp_ext] training on CPUs: {count} SyncBN layer(s) converted to BatchNorm '
+        '(SyncBN needs CUDA; statistics are per process, as in a single process); on GPUs '
+        'SyncBN stays', logger='current')
     return revert_sync_batchnorm(model)

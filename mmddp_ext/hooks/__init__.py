@@ -3,5 +3,6 @@ from .memory_hook import RankMemoryHook
 from .scaling_hook import ScalingHook
 from .watchdog_hook import HangWatchdogHook
 
-__all__ = ['FiniteLossHook', 'HangWatchdogHook', 'NonFiniteLossError', 'RankMemoryHook',
-           'ScalingHook']
+__all__ = [
+    'FiniteLossHook', 'HangWatchdogHook', 'NonFiniteLossError', 'RankMemoryHook', 'ScalingHook'
+]

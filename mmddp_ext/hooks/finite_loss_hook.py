@@ -123,9 +123,9 @@ def _check_action(action: Any) -> str:
     if action in ACTIONS:
         return action
     close = difflib.get_close_matches(str(action), ACTIONS, n=1)
-    raise ValueError(f'FiniteLossHook action={action!r} is not one of {", ".join(ACTIONS)}'
-                     + (f' (did you mean {close[0]!r}?)' if close else '')
-                     + "; e.g. custom_hooks = [dict(type='FiniteLossHook', action='warn')]")
+    raise ValueError(f'FiniteLossHook action={action!r} is not one of {", ".join(ACTIONS)}' +
+                     (f' (did you mean {close[0]!r}?)' if close else '') +
+                     "; e.g. custom_hooks = [dict(type='FiniteLossHook', action='warn')]")
 
 
 @HOOKS.register_module()

@@ -17,12 +17,14 @@ SCALAR_KEYS = ('allocated', 'reserved', 'peak_allocated', 'device_used', 'rss', 
 
 def format_table(samples: List[Dict]) -> str:
     """The compact per-rank table rank 0 logs (MiB)."""
+
     def mib(v):
         return format_mib(v, unit='')
+
     cpu = all(s['device'] == 'cpu' for s in samples)
-    head = (f'memory at iter {samples[0]["iter"]} (MiB), ' + (
-        'CPU run: host RSS (peak RSS) per rank; no device memory' if cpu else
-        'allocated / reserved / peak allocated | device used of total | host RSS (peak)'))
+    head = (f'memory at iter {samples[0]["iter"]} (MiB), ' +
+            ('CPU run: host RSS (peak RSS) per rank; no device memory' if cpu else
+             'allocated / reserved / peak allocated | device used of total | host RSS (peak)'))
     rows = [head]
     for s in samples:
         dev = '' if cpu else (f'{mib(s["allocated"])} / {mib(s["reserved"])} / '
@@ -124,27 +126,33 @@ class RankMemoryHook(Hook):
         if runner.rank == 0:
             self.history.append(gathered)
             runner.logger.info(format_table(gathered))
-            scalars = {f'memory/rank{s["rank"]}/{k}_mib': s[k] / MIB
-                       for s in gathered for k in SCALAR_KEYS if s[k] is not None}
+            scalars = {
+                f'memory/rank{s["rank"]}/{k}_mib': s[k] / MIB
+                for s in gathered
+                for k in SCALAR_KEYS if s[k] is not None
+            }
             runner.visualizer.add_scalars(scalars, step=runner.iter + 1)
         return gathered
 
     def _check_stray(self, runner, gathered: List[Dict]) -> None:
         from ..memory.nvml import physical_device_index
-        index = physical_device_index(int(self.reader.device.split(':')[1]),
-                                      os.environ.get('CUDA_VISIBLE_DEVICES'))
+        index = physical_device_index(
+            int(self.reader.device.split(':')[1]), os.environ.get('CUDA_VISIBLE_DEVICES'))
         table = self._nvml.read(index)
-        tables = all_gather_object(dict(host=table.host, device_index=index,
-                                        total_bytes=table.total_bytes,
-                                        processes=[(p.pid, p.used_bytes)
-                                                   for p in table.processes]))
+        tables = all_gather_object(
+            dict(host=table.host, device_index=index, total_bytes=table.total_bytes,
+                 processes=[(p.pid, p.used_bytes) for p in table.processes]))
         if runner.rank != 0:
             return
-        ranks = [RankIdentity(s['rank'], s['host'], s['pid'], t['device_index'])
-                 for s, t in zip(gathered, tables)]
-        devs = [DeviceTable(t['host'], t['device_index'], t['total_bytes'],
-                            tuple(GpuProcess(pid, used) for pid, used in t['processes']))
-                for t in tables]
+        ranks = [
+            RankIdentity(s['rank'], s['host'], s['pid'], t['device_index'])
+            for s, t in zip(gathered, tables)
+        ]
+        devs = [
+            DeviceTable(t['host'], t['device_index'], t['total_bytes'],
+                        tuple(GpuProcess(pid, used) for pid, used in t['processes']))
+            for t in tables
+        ]
         for finding in find_stray(ranks, devs):
             key = (finding.kind, finding.host, finding.device_index, finding.pid)
             if key not in self._reported:

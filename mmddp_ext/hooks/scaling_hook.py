@@ -19,8 +19,8 @@ def plan_table(plan: ScalingPlan, changes: Optional[List[str]] = None) -> str:
         ('mode', f'{plan.mode} (lr_rule {plan.lr_rule}, schedule {plan.schedule})'),
         ('learning rates', ', '.join(f'{lr:.6g}' for lr in plan.lrs) or '(none in config)'),
         ('iterations', f'× {plan.iter_scale:g}: {plan.samples_per_iter} samples per iteration '
-                       f'now, {plan.reference_samples_per_iter} as written for '
-                       f'{plan.reference_world_size} device(s)'),
+         f'now, {plan.reference_samples_per_iter} as written for '
+         f'{plan.reference_world_size} device(s)'),
     ]
     rows += [('changed', c) for c in (changes or [])]
     rows += [('warning', w) for w in plan.warnings]
@@ -104,9 +104,9 @@ class ScalingHook(Hook):
         stored = getattr(runner, 'batch_probe', None)
         if stored is not None:
             from ..runner.batch_finder import correct_cache
-            correct_cache(stored[0], stored[1], now,
-                          f'training ran out of memory at per-device batch '
-                          f'{math.ceil(batch / (micro // 2))}')
+            correct_cache(
+                stored[0], stored[1], now, f'training ran out of memory at per-device batch '
+                f'{math.ceil(batch / (micro // 2))}')
             if runner.rank == 0:
                 runner.logger.warning(f'mmddp_ext: {stored[0]} now says {now}: the next run '
                                       f'plans with it')

@@ -36,8 +36,8 @@ def _positive(name: str, value: Any, allow_none: bool = False) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ValueError(f'HangWatchdogHook {name}={value!r} must be a positive number of '
-                         f'{"iterations" if name == "window" else "seconds"}'
-                         + (' or None (automatic)' if allow_none else ''))
+                         f'{"iterations" if name == "window" else "seconds"}' +
+                         (' or None (automatic)' if allow_none else ''))
 
 
 @HOOKS.register_module()
@@ -147,9 +147,9 @@ class HangWatchdogHook(Hook):
     def before_train(self, runner) -> None:
         if self.enabled:
             runner.logger.info(
-                '[mmddp_ext] hang watchdog: a rank without progress for ' + (
-                    f'{self.timeout:g} s' if self.timeout is not None else
-                    f'max({self.min_timeout:g} s, {self.factor:g} × slowest iteration)') +
+                '[mmddp_ext] hang watchdog: a rank without progress for ' +
+                (f'{self.timeout:g} s' if self.timeout is not None else
+                 f'max({self.min_timeout:g} s, {self.factor:g} × slowest iteration)') +
                 f' ({self.slow_timeout:g} s before the first iteration and around validation '
                 'and checkpoints) dumps its stacks to ranks/ and stops; '
                 'python -m mmddp_ext.diagnose names it')

@@ -7,6 +7,8 @@ from .nvml import (NvmlProcessTableReader, ProcessTableReader, RecordedProcessTa
                    physical_device_index)
 from .stray import CAUSES, DeviceTable, Finding, GpuProcess, RankIdentity, find_stray, format_bytes
 
-__all__ = ['CAUSES', 'DeviceTable', 'Finding', 'GpuProcess', 'NvmlProcessTableReader',
-           'ProcessTableReader', 'RankIdentity', 'RecordedProcessTableReader', 'find_stray',
-           'format_bytes', 'physical_device_index']
+__all__ = [
+    'CAUSES', 'DeviceTable', 'Finding', 'GpuProcess', 'NvmlProcessTableReader',
+    'ProcessTableReader', 'RankIdentity', 'RecordedProcessTableReader', 'find_stray',
+    'format_bytes', 'physical_device_index'
+]

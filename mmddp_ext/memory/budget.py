@@ -74,8 +74,7 @@ def _map_large_blocks() -> bool:
     of address space, which the limit would count as used)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6')
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-                    and libc.mallopt(M_ARENA_MAX, 1))
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and libc.mallopt(M_ARENA_MAX, 1))
     except (OSError, AttributeError):  # not glibc: keep the allocator as it is
         return False
 
@@ -113,19 +112,22 @@ def apply_budget(budget_mib: Optional[int], device: torch.device) -> Optional[Bu
         free, total = torch.cuda.mem_get_info(index)
         name = torch.cuda.get_device_name(index)
         if budget_mib is None:
-            return Budget(f'cuda:{index}', free, f'GPU memory of cuda:{index} ({name}): '
-                          f'{free / MIB:.0f} MiB free of {total / MIB:.0f} MiB')
+            return Budget(
+                f'cuda:{index}', free, f'GPU memory of cuda:{index} ({name}): '
+                f'{free / MIB:.0f} MiB free of {total / MIB:.0f} MiB')
         fraction = min(1.0, budget_mib * MIB / total)
         torch.cuda.set_per_process_memory_fraction(fraction, index)
-        return Budget(f'cuda:{index}', min(free, budget_mib * MIB),
-                      f'GPU memory of cuda:{index} ({name}), capped at '
-                      f'scaling.memory_budget_mib={budget_mib} ({fraction:.1%} of the device)')
+        return Budget(
+            f'cuda:{index}', min(free, budget_mib * MIB),
+            f'GPU memory of cuda:{index} ({name}), capped at '
+            f'scaling.memory_budget_mib={budget_mib} ({fraction:.1%} of the device)')
     if budget_mib is None:
         return None
     room = _limit_address_space(budget_mib * MIB)
-    tighter = (f' (a tighter existing limit leaves {room / MIB:.0f} MiB)'
-               if room < budget_mib * MIB else '')
-    return Budget('cpu', room, f'host memory (CPU run, no GPU measured): an address-space '
-                               f'limit of scaling.memory_budget_mib={budget_mib} MiB above the '
-                               f'process size{tighter}; other ranks on this host share the '
-                               f'same RAM')
+    tighter = (f' (a tighter existing limit leaves {room / MIB:.0f} MiB)' if room < budget_mib *
+               MIB else '')
+    return Budget(
+        'cpu', room, f'host memory (CPU run, no GPU measured): an address-space '
+        f'limit of scaling.memory_budget_mib={budget_mib} MiB above the '
+        f'process size{tighter}; other ranks on this host share the '
+        f'same RAM')

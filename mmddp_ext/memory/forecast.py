@@ -35,11 +35,23 @@ NOISE_MIB = 8.0
 LINEARITY = 0.1
 PEAK_NOISE = 0.01
 
-_UNITS = {'': 1.0, 'b': 2.0 ** -20, 'k': 2.0 ** -10, 'kib': 2.0 ** -10, 'kb': 1e3 / 2 ** 20,
-          'm': 1.0, 'mib': 1.0, 'mb': 1e6 / 2 ** 20, 'g': 1024.0, 'gib': 1024.0,
-          'gb': 1e9 / 2 ** 20, 't': 2.0 ** 20, 'tib': 2.0 ** 20, 'tb': 1e12 / 2 ** 20}
-_SIZE = re.compile(r'^\s*([+-]?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$',
-                   re.IGNORECASE)
+_UNITS = {
+    '': 1.0,
+    'b': 2.0**-20,
+    'k': 2.0**-10,
+    'kib': 2.0**-10,
+    'kb': 1e3 / 2**20,
+    'm': 1.0,
+    'mib': 1.0,
+    'mb': 1e6 / 2**20,
+    'g': 1024.0,
+    'gib': 1024.0,
+    'gb': 1e9 / 2**20,
+    't': 2.0**20,
+    'tib': 2.0**20,
+    'tb': 1e12 / 2**20
+}
+_SIZE = re.compile(r'^\s*([+-]?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$', re.IGNORECASE)
 
 
 class ForecastError(UserError, ValueError):
@@ -121,16 +133,16 @@ def fit_line(points: Sequence[Tuple[int, float]]) -> Fit:
     n = len(pts)
     mean_b = sum(b for b, _ in pts) / n
     mean_p = sum(p for _, p in pts) / n
-    var = sum((b - mean_b) ** 2 for b, _ in pts)
+    var = sum((b - mean_b)**2 for b, _ in pts)
     slope = sum((b - mean_b) * (p - mean_p) for b, p in pts) / var
     fixed = mean_p - slope * mean_b
     residual = max(abs(p - (fixed + slope * b)) for b, p in pts)
     rise = abs(pts[-1][1] - pts[0][1])
     pair = [(p2 - p1) / (b2 - b1) for (b1, p1), (b2, p2) in zip(pts, pts[1:]) if b2 != b1]
-    return Fit(fixed=fixed, per_sample=slope, points=pts, residual=residual,
-               linear=residual <= max(NOISE_MIB, LINEARITY * rise,
-                                      PEAK_NOISE * max(p for _, p in pts)),
-               slopes=(min(pair), max(pair)))
+    return Fit(
+        fixed=fixed, per_sample=slope, points=pts, residual=residual, linear=residual
+        <= max(NOISE_MIB, LINEARITY * rise,
+               PEAK_NOISE * max(p for _, p in pts)), slopes=(min(pair), max(pair)))
 
 
 def largest_batch(fit: Fit, device_mib: float, reserve_mib: float,
@@ -210,24 +222,26 @@ class Forecast:
         """The ``memory`` object of ``--explain --json``."""
         r1 = lambda x: round(x, 1)  # noqa: E731
         return dict(
-            device_mib=r1(self.device_mib), device_how=self.device_how,
-            world_size=self.world_size, per_device_batch_size=self.batch,
-            fixed_mib=r1(self.fit.fixed), per_sample_mib=round(self.fit.per_sample, 2),
-            ddp_extra_mib={c.name: dict(value=r1(c.mib), estimate=c.estimate, how=c.how,
-                                        single=c.single,
-                                        **({'per_rank': [r1(v) for v in c.per_rank]}
-                                           if c.per_rank is not None else {}))
-                           for c in self.causes},
-            predicted_peak_mib=[r1(v) for v in self.predicted_peak_mib],
-            predicted_range_mib=None if self.predicted_range_mib is None else
-            [[r1(lo), r1(hi)] for lo, hi in self.predicted_range_mib],
-            predicted_single_mib=r1(self.predicted_single_mib),
-            reserve_mib=r1(self.reserve_mib), max_batch_single=self.max_batch_single,
-            max_batch_ddp=self.max_batch_ddp,
+            device_mib=r1(self.device_mib), device_how=self.device_how, world_size=self.world_size,
+            per_device_batch_size=self.batch, fixed_mib=r1(self.fit.fixed),
+            per_sample_mib=round(self.fit.per_sample, 2), ddp_extra_mib={
+                c.name:
+                dict(
+                    value=r1(c.mib), estimate=c.estimate, how=c.how, single=c.single,
+                    **({
+                        'per_rank': [r1(v) for v in c.per_rank]
+                    } if c.per_rank is not None else {}))
+                for c in self.causes
+            }, predicted_peak_mib=[r1(v) for v in self.predicted_peak_mib], predicted_range_mib=None
+            if self.predicted_range_mib is None else [[r1(lo), r1(hi)]
+                                                      for lo, hi in self.predicted_range_mib],
+            predicted_single_mib=r1(self.predicted_single_mib), reserve_mib=r1(self.reserve_mib),
+            max_batch_single=self.max_batch_single, max_batch_ddp=self.max_batch_ddp,
             fit=dict(points=[[b, r1(p)] for b, p in self.fit.points],
                      residual_mib=r1(self.fit.residual), linear=self.fit.linear,
-                     slopes=[round(s, 2) for s in self.fit.slopes]),
-            method=self.method, seconds=round(self.seconds, 1), warnings=list(self.warnings))
+                     slopes=[round(s, 2) for s in self.fit.slopes
+                             ]), method=self.method, seconds=round(self.seconds,
+                                                                   1), warnings=list(self.warnings))
 
 
 def build_forecast(fit: Fit, causes: Sequence[Cause], device_mib: float, device_how: str,
@@ -254,8 +268,9 @@ def build_forecast(fit: Fit, causes: Sequence[Cause], device_mib: float, device_
                         f'close to a line (largest residual {fit.residual:.0f} MiB): the '
                         f'forecast is a range, {fit.slopes[0]:.1f}..{fit.slopes[1]:.1f} MiB '
                         f'per sample')
-    extras = [sum(c.on_rank(r) for c in causes if world_size > 1 or c.single)
-              for r in range(world_size)]
+    extras = [
+        sum(c.on_rank(r) for c in causes if world_size > 1 or c.single) for r in range(world_size)
+    ]
     peaks = tuple(high + e for e in extras)
     ranges = None if fit.linear else tuple((low + e, high + e) for e in extras)
     single = high + single_extra
@@ -272,20 +287,21 @@ def build_forecast(fit: Fit, causes: Sequence[Cause], device_mib: float, device_
     return Forecast(device_mib=device_mib, device_how=device_how, world_size=world_size,
                     batch=batch, fit=fit, causes=tuple(causes), reserve_mib=reserve_mib,
                     predicted_peak_mib=peaks, predicted_range_mib=ranges,
-                    predicted_single_mib=single, max_batch_single=max_single,
-                    max_batch_ddp=max_ddp, method=method, seconds=seconds,
-                    warnings=tuple(warnings))
+                    predicted_single_mib=single, max_batch_single=max_single, max_batch_ddp=max_ddp,
+                    method=method, seconds=seconds, warnings=tuple(warnings))
 
 
 def render_forecast(forecast: Forecast) -> List[str]:
     """The forecast as readable lines: the fit, one line per cause, one per rank."""
     f, w = forecast, forecast.world_size
     est = lambda c: ' (estimate)' if c.estimate else ''  # noqa: E731
-    lines = [f'memory: {f.device_mib:.0f} MiB per device ({f.device_how}); '
-             f'{f.reserve_mib:.0f} MiB kept free, as the batch finder does',
-             f'  fit: peak ≈ {f.fit.fixed:.0f} MiB + {f.fit.per_sample:.2f} MiB × batch '
-             f'(points {", ".join(f"{b}: {p:.0f}" for b, p in f.fit.points)}; residual '
-             f'{f.fit.residual:.1f} MiB{"" if f.fit.linear else ", NOT linear"})']
+    lines = [
+        f'memory: {f.device_mib:.0f} MiB per device ({f.device_how}); '
+        f'{f.reserve_mib:.0f} MiB kept free, as the batch finder does',
+        f'  fit: peak ≈ {f.fit.fixed:.0f} MiB + {f.fit.per_sample:.2f} MiB × batch '
+        f'(points {", ".join(f"{b}: {p:.0f}" for b, p in f.fit.points)}; residual '
+        f'{f.fit.residual:.1f} MiB{"" if f.fit.linear else ", NOT linear"})'
+    ]
     for c in f.causes:
         scope = 'every process' if c.single else 'per rank under DDP'
         lines.append(f'  + {c.name}: {c.mib:.0f} MiB {scope}{est(c)}: {c.how}')

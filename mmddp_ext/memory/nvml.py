@@ -194,10 +194,14 @@ class RecordedProcessTableReader:
         hosts = sorted({t.host for t in self.tables.values()})
         if len(hosts) != 1:
             raise ValueError(f'a recording holds the tables of exactly one host, got {hosts}')
-        devices = [{'index': t.device_index, 'total_bytes': t.total_bytes,
-                    'processes': [{'pid': p.pid, 'used_bytes': p.used_bytes}
-                                  for p in t.processes]}
-                   for _, t in sorted(self.tables.items())]
+        devices = [{
+            'index': t.device_index,
+            'total_bytes': t.total_bytes,
+            'processes': [{
+                'pid': p.pid,
+                'used_bytes': p.used_bytes
+            } for p in t.processes]
+        } for _, t in sorted(self.tables.items())]
         return {'host': hosts[0], 'devices': devices}
 
 
@@ -216,5 +220,7 @@ def _require(data: Mapping, key: str, where: str) -> Any:
     return data[key]
 
 
-__all__ = ['NvmlProcessTableReader', 'ProcessTableReader', 'RecordedProcessTableReader',
-           'physical_device_index']
+__all__ = [
+    'NvmlProcessTableReader', 'ProcessTableReader', 'RecordedProcessTableReader',
+    'physical_device_index'
+]

@@ -26,9 +26,9 @@ from ..scaling.plan import best_split
 from ..scaling.search import MARGIN
 from ..utils.units import GIB, MIB, format_mib
 
-OOM_PATTERNS = ('out of memory', 'OutOfMemoryError', "can't allocate memory",
-                'DefaultCPUAllocator', 'CUBLAS_STATUS_ALLOC_FAILED', 'std::bad_alloc',
-                'MemoryError', 'Cannot allocate memory')
+OOM_PATTERNS = ('out of memory', 'OutOfMemoryError', "can't allocate memory", 'DefaultCPUAllocator',
+                'CUBLAS_STATUS_ALLOC_FAILED', 'std::bad_alloc', 'MemoryError',
+                'Cannot allocate memory')
 # Out-of-memory errors only under an address-space limit: oneDNN failing to allocate its
 # workspace, and the dynamic loader failing to map a library (a budget too small to import).
 LIMITED_PATTERNS = ('could not create a primitive', 'failed to map segment from shared object')
@@ -77,7 +77,7 @@ def requested_bytes(message: str) -> Optional[int]:
         return int(m.group(1))
     m = re.search(r'Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)', message)
     if m:
-        scale = {'B': 1, 'KiB': 2 ** 10, 'MiB': 2 ** 20, 'GiB': 2 ** 30, 'TiB': 2 ** 40}
+        scale = {'B': 1, 'KiB': 2**10, 'MiB': 2**20, 'GiB': 2**30, 'TiB': 2**40}
         return int(float(m.group(1)) * scale[m.group(2)])
     return None
 
@@ -93,9 +93,10 @@ def fitting_batch(batch: int, baseline: Mapping[str, Any], peak: Mapping[str, An
         others = max(0, (peak.get('device_used') or 0) - (peak.get('reserved') or 0))
         room = (1 - MARGIN) * (total - others) - base
         fit = int(room // per_sample)
-        return max(1, min(batch - 1, fit)), (
-            f'measured: {per_sample / MIB:.1f} MiB per sample above a baseline of '
-            f'{format_mib(base)}, {total / GIB:.2f} GiB device, 10% margin')
+        return max(
+            1, min(batch - 1,
+                   fit)), (f'measured: {per_sample / MIB:.1f} MiB per sample above a baseline of '
+                           f'{format_mib(base)}, {total / GIB:.2f} GiB device, 10% margin')
     return max(1, batch // 2), ('rule of thumb (no device total on a CPU): half the per-device '
                                 'batch; the limit was the host memory available to the process')
 
@@ -103,18 +104,22 @@ def fitting_batch(batch: int, baseline: Mapping[str, Any], peak: Mapping[str, An
 def _nothing_fits(record: Mapping[str, Any]) -> Optional[List[str]]:
     """Advice when what was measured shows that no per-device batch fits, else None."""
     budget = record.get('memory_budget_mib')
-    budget_text = (f'scaling.memory_budget_mib={budget}' if budget is not None
-                   else 'the memory available to the process')
+    budget_text = (f'scaling.memory_budget_mib={budget}'
+                   if budget is not None else 'the memory available to the process')
     if MAP_SEGMENT in record.get('message', ''):
-        return [f'cause: out of memory while loading a library: {budget_text} leaves too '
-                f'little address space to import the training stack, before any batch ran',
-                'fix: raise scaling.memory_budget_mib (it is counted above the process size '
-                'when it is applied), or remove the budget (or the ulimit -v) that limits it']
+        return [
+            f'cause: out of memory while loading a library: {budget_text} leaves too '
+            f'little address space to import the training stack, before any batch ran',
+            'fix: raise scaling.memory_budget_mib (it is counted above the process size '
+            'when it is applied), or remove the budget (or the ulimit -v) that limits it'
+        ]
     if record.get('oom_at_batch') == 1:
-        return [f'cause: out of memory even with micro-batches of 1 sample (measured by '
-                f"scaling.on_oom='microbatch'): no per-device batch fits within {budget_text}",
-                'fix: raise scaling.memory_budget_mib, or train on a device with more memory, '
-                'a smaller model or a smaller input size']
+        return [
+            f'cause: out of memory even with micro-batches of 1 sample (measured by '
+            f"scaling.on_oom='microbatch'): no per-device batch fits within {budget_text}",
+            'fix: raise scaling.memory_budget_mib, or train on a device with more memory, '
+            'a smaller model or a smaller input size'
+        ]
     return None
 
 
@@ -133,24 +138,29 @@ def oom_advice(record: Mapping[str, Any]) -> List[str]:
     memory = record.get('memory') or {}
     batch = plan.get('per_device_batch_size') or record.get('per_device_batch_size')
     if not batch:
-        return ['cause: out of memory. Lower train_dataloader.batch_size (per device) and raise '
-                'optim_wrapper.accumulative_counts to keep the global batch.']
+        return [
+            'cause: out of memory. Lower train_dataloader.batch_size (per device) and raise '
+            'optim_wrapper.accumulative_counts to keep the global batch.'
+        ]
     world = plan.get('world_size') or 1
     accum = plan.get('accumulative_counts') or 1
     global_batch = plan.get('global_batch_size') or batch * world * accum
     peak = memory.get('last') or memory.get('now') or {}
     failed = min(batch, record.get('oom_at_batch') or batch)
-    fit, how = fitting_batch(failed, memory.get('baseline') or {}, peak,
+    fit, how = fitting_batch(failed,
+                             memory.get('baseline') or {}, peak,
                              requested_bytes(record.get('message', '')))
     per_device, k = best_split(global_batch, world, fit)  # global is world-divisible
     at = f'micro-batches of {failed} of per-device batch {batch}' if failed < batch else (
         f'per-device batch {batch}')
-    lines = [f'cause: out of memory at {at} ({batch} × {world} × '
-             f'accumulation {accum} = global {global_batch})',
-             f'fit: per-device batch {per_device} × {world} × accumulation {k} keeps the global '
-             f'batch {global_batch} ({how})',
-             f'fix: --cfg-options scaling.max_batch_per_device={per_device}   (DDPRunner), or '
-             f'train_dataloader.batch_size={per_device} optim_wrapper.accumulative_counts={k}']
+    lines = [
+        f'cause: out of memory at {at} ({batch} × {world} × '
+        f'accumulation {accum} = global {global_batch})',
+        f'fit: per-device batch {per_device} × {world} × accumulation {k} keeps the global '
+        f'batch {global_batch} ({how})',
+        f'fix: --cfg-options scaling.max_batch_per_device={per_device}   (DDPRunner), or '
+        f'train_dataloader.batch_size={per_device} optim_wrapper.accumulative_counts={k}'
+    ]
     lines.append('or: scaling.max_batch_per_device=auto measures the batch that fits on every '
                  'rank before training (on a CPU with scaling.memory_budget_mib), and '
                  'scaling.on_oom=microbatch redoes such a step as smaller micro-batches')

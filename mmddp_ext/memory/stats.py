@@ -108,6 +108,6 @@ class MemoryReader:
             used = total - free
         rss = _rss()  # ru_maxrss can lag the current RSS by a few pages: take the max
         return MemorySample(rank=self.rank, host=self.host, pid=os.getpid(), device=self.device,
-                            iter=iteration, allocated=alloc, reserved=reserved,
-                            peak_allocated=peak, device_used=used, device_total=total,
-                            rss=rss, peak_rss=max(_peak_rss(), rss), time=time.time())
+                            iter=iteration, allocated=alloc, reserved=reserved, peak_allocated=peak,
+                            device_used=used, device_total=total, rss=rss,
+                            peak_rss=max(_peak_rss(), rss), time=time.time())

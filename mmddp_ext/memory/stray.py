@@ -147,8 +147,7 @@ def format_bytes(n: Optional[int]) -> str:
     raise AssertionError('unreachable')  # pragma: no cover
 
 
-def find_stray(ranks: Sequence[RankIdentity],
-               tables: Sequence[DeviceTable]) -> List[Finding]:
+def find_stray(ranks: Sequence[RankIdentity], tables: Sequence[DeviceTable]) -> List[Finding]:
     """Name GPU memory held by the wrong process.
 
     Tables of devices no rank uses are ignored; a process of the rank that owns the device is
@@ -188,8 +187,7 @@ def _check_unique_ranks(ranks: Sequence[RankIdentity]) -> None:
 
 
 def _owners(ranks: Iterable[RankIdentity], host: str, device_index: int) -> Tuple[int, ...]:
-    return tuple(sorted(r.rank for r in ranks
-                        if r.host == host and r.device_index == device_index))
+    return tuple(sorted(r.rank for r in ranks if r.host == host and r.device_index == device_index))
 
 
 def _owned_tables(ranks: Sequence[RankIdentity],
@@ -241,8 +239,8 @@ def _process_finding(table: DeviceTable, proc: GpuProcess, owners: Tuple[int, ..
     return _cross_rank(table, proc, holders[0], owners)
 
 
-def _cross_rank(table: DeviceTable, proc: GpuProcess, rank: int,
-                owners: Tuple[int, ...]) -> Finding:
+def _cross_rank(table: DeviceTable, proc: GpuProcess, rank: int, owners: Tuple[int,
+                                                                               ...]) -> Finding:
     message = (f'rank {rank} (pid {proc.pid}) holds {format_bytes(proc.used_bytes)} on '
                f'GPU {table.device_index} of host {table.host}, the device of '
                f'{_ranks_text(owners)} (total {format_bytes(table.total_bytes)}). {CAUSES}')
@@ -258,8 +256,7 @@ def _foreign(table: DeviceTable, proc: GpuProcess, owners: Tuple[int, ...]) -> F
                    proc.used_bytes, message)
 
 
-def _unmatched(host: str, host_ranks: List[RankIdentity],
-               tables: List[DeviceTable]) -> Finding:
+def _unmatched(host: str, host_ranks: List[RankIdentity], tables: List[DeviceTable]) -> Finding:
     devices = sorted(t.device_index for t in tables)
     owners = tuple(sorted(r.rank for r in host_ranks if r.device_index in devices))
     pids = ', '.join(str(p) for p in sorted({r.pid for r in host_ranks}))
@@ -281,5 +278,6 @@ def _sort_key(finding: Finding) -> Tuple[str, int, int, str]:
     return (finding.host, finding.device_index, pid, finding.kind)
 
 
-__all__ = ['CAUSES', 'DeviceTable', 'Finding', 'GpuProcess', 'RankIdentity', 'find_stray',
-           'format_bytes']
+__all__ = [
+    'CAUSES', 'DeviceTable', 'Finding', 'GpuProcess', 'RankIdentity', 'find_stray', 'format_bytes'
+]

@@ -57,7 +57,7 @@ def reserve_bytes(budget: Budget) -> int:
     """Bytes kept free during each trial: MARGIN of the budget, at least CPU_RESERVE_MIB on a
     CPU."""
     reserve = int(MARGIN * budget.nbytes)
-    return max(reserve, CPU_RESERVE_MIB * 2 ** 20) if budget.device == 'cpu' else reserve
+    return max(reserve, CPU_RESERVE_MIB * 2**20) if budget.device == 'cpu' else reserve
 
 
 def _log(message: str) -> None:
@@ -75,8 +75,7 @@ def _cache_facts(cfg: Any, world_size: int, upper: int, device: torch.device,
                 collate=cfg.train_dataloader.get('collate_fn'), optim=cfg.optim_wrapper,
                 wrapper=cfg.get('model_wrapper_cfg'), world_size=world_size, upper=upper,
                 hardware=hardware, budget_mib=budget_mib, margin=MARGIN,
-                cpu_reserve_mib=CPU_RESERVE_MIB,
-                torch=torch.__version__)
+                cpu_reserve_mib=CPU_RESERVE_MIB, torch=torch.__version__)
 
 
 def _read_cache(path: str, key: str) -> Optional[SearchResult]:
@@ -96,8 +95,9 @@ def _read_cache(path: str, key: str) -> Optional[SearchResult]:
 def _write_cache(path: str, key: str, result: SearchResult, how: str) -> None:
     if get_rank() != 0:
         return
-    atomic_write_text(path, json.dumps(dict(key=key, measured=how, margin=MARGIN,
-                                            result=result.to_dict()), indent=1))
+    atomic_write_text(
+        path,
+        json.dumps(dict(key=key, measured=how, margin=MARGIN, result=result.to_dict()), indent=1))
 
 
 def cache_location(cfg: Any, world_size: int, upper: int, device: torch.device,
@@ -122,14 +122,14 @@ def correct_cache(path: Optional[str], key: str, max_batch: int, why: str) -> No
         return
     if stored.get('key') != key or stored['result']['max_batch'] <= max_batch:
         return
-    stored.setdefault('corrections', []).append(
-        dict(found=stored['result']['max_batch'], now=max_batch, why=why))
+    stored.setdefault('corrections',
+                      []).append(dict(found=stored['result']['max_batch'], now=max_batch, why=why))
     stored['result']['max_batch'] = max_batch
     atomic_write_text(path, json.dumps(stored, indent=1))
 
 
-def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget,
-                   budget_mib: Optional[int], device: torch.device) -> SearchResult:
+def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget, budget_mib: Optional[int],
+                   device: torch.device) -> SearchResult:
     """The largest per-device batch in ``1..upper`` that fits on every rank. All ranks must
     call this.
 
@@ -158,8 +158,8 @@ def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget,
     trials = Trials(cfg, device, upper, reserve)
 
     def progress(number: int, trial: Trial) -> None:
-        verdict = ('fits on every rank' if trial.fits
-                   else f'out of memory on rank(s) {trials.failed}')
+        verdict = ('fits on every rank'
+                   if trial.fits else f'out of memory on rank(s) {trials.failed}')
         _log(f'trial {number}: per-device batch {trial.batch}: {verdict} ({trial.seconds:.1f} s)')
 
     try:

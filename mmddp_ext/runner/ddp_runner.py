@@ -75,8 +75,8 @@ def _init_process_group(launcher: str, env_cfg: Optional[dict]) -> None:
     import torch.distributed as dist
     if launcher != 'none' and not (dist.is_available() and dist.is_initialized()):
         dist_cfg = (env_cfg or {}).get('dist_cfg', {})
-        backend, warning = init_distributed(read_dist_env(os.environ, launcher),
-                                            dist_cfg.get('backend'), dist_cfg.get('timeout'))
+        backend, warning = init_distributed(
+            read_dist_env(os.environ, launcher), dist_cfg.get('backend'), dist_cfg.get('timeout'))
         for note in [f'process group: {backend}'] + ([warning] if warning else []):
             print_log(f'[mmddp_ext] {note}', logger='current')
 
@@ -101,7 +101,7 @@ def _measure(cfg: Any, scaling: ScalingConfig, launcher: str,
         return None, None
     from .batch_finder import cache_location, find_max_batch
     _init_process_group(launcher, cfg.get('env_cfg'))
-    loose = plan_for_config(cfg, world_size, max_batch_per_device=2 ** 31, scaling=scaling)
+    loose = plan_for_config(cfg, world_size, max_batch_per_device=2**31, scaling=scaling)
     upper = loose.per_device_batch_size * loose.accumulative_counts
     found = find_max_batch(cfg, world_size, upper, budget, scaling.memory_budget_mib, device)
     return found.max_batch, cache_location(cfg, world_size, upper, device,
@@ -117,9 +117,10 @@ def _wrapper_cfg(cfg: Any, scaling: ScalingConfig, distributed: bool) -> Optiona
     policy = scaling.oom_policy
     own_type = (cfg.get('model_wrapper_cfg') or {}).get('type', 'MMDistributedDataParallel')
     if scaling.on_oom is None and policy == 'microbatch' and own_type not in DDP_TYPES:
-        print_log(f"[mmddp_ext] model_wrapper_cfg.type={own_type!r}: the batch the finder "
-                  'picks is not guarded against running out of memory during training',
-                  logger='current', level=logging.WARNING)
+        print_log(
+            f"[mmddp_ext] model_wrapper_cfg.type={own_type!r}: the batch the finder "
+            'picks is not guarded against running out of memory during training', logger='current',
+            level=logging.WARNING)
         policy = 'raise'
     if distributed:
         local_rank = int(os.environ.get('LOCAL_RANK', 0))
@@ -131,8 +132,8 @@ def trains(cfg: Any) -> bool:
     """Whether ``cfg`` has the training parts (``train_dataloader``, ``train_cfg`` and
     ``optim_wrapper``). Without them, e.g. a config built only to validate or test, there is
     nothing to plan; MMEngine itself rejects a config that has only some of them."""
-    return all(cfg.get(key) is not None
-               for key in ('train_dataloader', 'train_cfg', 'optim_wrapper'))
+    return all(
+        cfg.get(key) is not None for key in ('train_dataloader', 'train_cfg', 'optim_wrapper'))
 
 
 def runner_class(runner_type: Any) -> Optional[type]:
@@ -188,8 +189,7 @@ class DDPRunner(Runner):
         import torch
         training = trains(cfg)
         if training:
-            scaling = check_runtime_for_config(cfg, torch.cuda.is_available(),
-                                               launcher != 'none')
+            scaling = check_runtime_for_config(cfg, torch.cuda.is_available(), launcher != 'none')
         else:  # nothing to train: nothing to plan, nothing to measure
             scaling = ScalingConfig()
         wrapper = _wrapper_cfg(cfg, scaling, launcher != 'none')
@@ -198,8 +198,7 @@ class DDPRunner(Runner):
         plan, changes, stored = None, [], None
         if training:
             measured, stored = _measure(cfg, scaling, launcher, world_size)
-            plan = plan_for_config(cfg, world_size, max_batch_per_device=measured,
-                                   scaling=scaling)
+            plan = plan_for_config(cfg, world_size, max_batch_per_device=measured, scaling=scaling)
             changes = apply_plan(cfg, plan)
         hooks = list(cfg.get('custom_hooks') or [])
         for default in DEFAULT_HOOKS:
@@ -221,8 +220,9 @@ class DDPRunner(Runner):
         if self.distributed and not torch.cuda.is_available():
             model = batchnorm_for_cpu(model)
             if self.cfg.get('sync_bn') is not None:  # MMEngine would convert them back
-                print_log(f"[mmddp_ext] training on CPUs: sync_bn={self.cfg.sync_bn!r} ignored "
-                          '(SyncBN needs CUDA)', logger='current')
+                print_log(
+                    f"[mmddp_ext] training on CPUs: sync_bn={self.cfg.sync_bn!r} ignored "
+                    '(SyncBN needs CUDA)', logger='current')
                 self.cfg.sync_bn = None
         model = super().wrap_model(model_wrapper_cfg, model)
         if (not self.distributed and model_wrapper_cfg
@@ -250,8 +250,8 @@ class DDPRunner(Runner):
             checkpoint.update(to_plain(checkpoint))
 
     def save_checkpoint(self, out_dir: str, filename: str, file_client_args=None,
-                        save_optimizer: bool = True, save_param_scheduler: bool = True,
-                        meta=None, by_epoch: bool = True, backend_args=None) -> None:
+                        save_optimizer: bool = True, save_param_scheduler: bool = True, meta=None,
+                        by_epoch: bool = True, backend_args=None) -> None:
         """MMEngine's save, made atomic for local files: write ``.<name>.part``, fsync,
         rename. A crash mid-save leaves the previous file of that name intact, and the
         CheckpointHook updates ``last_checkpoint`` only after this returns.

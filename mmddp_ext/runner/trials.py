@@ -112,8 +112,8 @@ class Trials:
         model.train()
         wrapper_cfg = cfg.get('model_wrapper_cfg')
         if wrapper_cfg and (is_distributed() or wrapper_cfg.get('type') == 'MicrobatchDDP'):
-            self.net = MODEL_WRAPPERS.build(copy.deepcopy(dict(wrapper_cfg)),
-                                            default_args=dict(module=model))
+            self.net = MODEL_WRAPPERS.build(
+                copy.deepcopy(dict(wrapper_cfg)), default_args=dict(module=model))
         else:
             self.net = model
         # MicrobatchDDP's gradients are views of one flat buffer for the whole run: keep them
@@ -199,8 +199,10 @@ def _gpu_context(device: torch.device) -> Tuple[int, str]:
     if NvmlProcessTableReader.available():
         physical = physical_device_index(index, os.environ.get('CUDA_VISIBLE_DEVICES'))
         with NvmlProcessTableReader() as reader:
-            mine = [p.used_bytes for p in reader.read(physical).processes
-                    if p.pid == os.getpid() and p.used_bytes is not None]
+            mine = [
+                p.used_bytes for p in reader.read(physical).processes
+                if p.pid == os.getpid() and p.used_bytes is not None
+            ]
         if mine:
             return max(0, sum(mine) - reserved), 'NVML: this process on its GPU minus ' \
                 'torch\'s reserved memory'
@@ -251,5 +253,4 @@ def measure_steps(cfg: Any, batches: List[int], device: torch.device) -> Measure
     method = (f'{len(steps) + 1} training steps (forward + backward + optimizer step; 1 warm-up) '
               f'of the config\'s model, optimizer and data pipeline in one process on {device}, '
               f'batches {[s.batch for s in steps]}; {read}')
-    return MeasuredSteps(tuple(steps), context, how, grad_bytes,
-                         time.monotonic() - start, method)
+    return MeasuredSteps(tuple(steps), context, how, grad_bytes, time.monotonic() - start, method)

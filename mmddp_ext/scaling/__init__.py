@@ -5,5 +5,7 @@ Pure standard library: importing this subpackage needs neither torch nor mmengin
 from .config import SCALING_KEYS, ScalingConfig, parse_scaling
 from .plan import ConfigFacts, ScalingPlan, make_plan, name_batch, scale_iters
 
-__all__ = ['SCALING_KEYS', 'ScalingConfig', 'parse_scaling', 'ConfigFacts', 'ScalingPlan',
-           'make_plan', 'name_batch', 'scale_iters']
+__all__ = [
+    'SCALING_KEYS', 'ScalingConfig', 'parse_scaling', 'ConfigFacts', 'ScalingPlan', 'make_plan',
+    'name_batch', 'scale_iters'
+]

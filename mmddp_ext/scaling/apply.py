@@ -21,12 +21,12 @@ from .plan import ConfigFacts, ScalingPlan, make_plan, scale_iters
 
 ITER_KEYS = ('begin', 'end', 'T_max', 'step_size', 'total_steps')
 LIST_ITER_KEYS = ('milestones', 'periods')
-INFINITE = 2 ** 31  # MMEngine's schedulers default `end` to sys.maxsize: leave such ends alone
+INFINITE = 2**31  # MMEngine's schedulers default `end` to sys.maxsize: leave such ends alone
 
 
 def _lrs(optim_wrapper: Any) -> tuple:
     optimizer = (optim_wrapper or {}).get('optimizer') or {}
-    return (float(optimizer['lr']),) if 'lr' in optimizer else ()
+    return (float(optimizer['lr']), ) if 'lr' in optimizer else ()
 
 
 def read_facts(cfg: Any, auto_scale_lr_flag: bool = False) -> ConfigFacts:
@@ -43,12 +43,11 @@ def read_facts(cfg: Any, auto_scale_lr_flag: bool = False) -> ConfigFacts:
     optim_wrapper = cfg.get('optim_wrapper') or {}
     asl = cfg.get('auto_scale_lr') or {}
     name = osp.basename(cfg.get('filename') or getattr(cfg, 'filename', '') or 'config.py')
-    return ConfigFacts(
-        config_name=name, batch_size=loader['batch_size'],
-        accumulative_counts=optim_wrapper.get('accumulative_counts', 1),
-        auto_scale_lr_base=asl.get('base_batch_size'),
-        auto_scale_lr_enable=bool(asl.get('enable', False) or auto_scale_lr_flag),
-        lrs=_lrs(optim_wrapper))
+    return ConfigFacts(config_name=name, batch_size=loader['batch_size'],
+                       accumulative_counts=optim_wrapper.get('accumulative_counts', 1),
+                       auto_scale_lr_base=asl.get('base_batch_size'),
+                       auto_scale_lr_enable=bool(asl.get('enable', False)
+                                                 or auto_scale_lr_flag), lrs=_lrs(optim_wrapper))
 
 
 def scaling_of(cfg: Any) -> ScalingConfig:
@@ -118,8 +117,7 @@ def _scale_scheduler(sched: Any, iter_scale: float, where: str, changes: List[st
             _set(changes, sched, key, scale_iters(value, iter_scale), where)
     for key in LIST_ITER_KEYS:
         if isinstance(sched.get(key), (list, tuple)):
-            _set(changes, sched, key, [scale_iters(int(v), iter_scale) for v in sched[key]],
-                 where)
+            _set(changes, sched, key, [scale_iters(int(v), iter_scale) for v in sched[key]], where)
 
 
 def _schedulers(cfg: Any) -> List[Any]:
@@ -138,8 +136,7 @@ def scale_iteration_quantities(cfg: Any, iter_scale: float) -> List[str]:
     if train_cfg.get('type') == 'IterBasedTrainLoop' or 'max_iters' in train_cfg:
         for key in ('max_iters', 'val_interval', 'val_begin'):
             if isinstance(train_cfg.get(key), int) and train_cfg[key] > 0:
-                _set(changes, train_cfg, key, scale_iters(train_cfg[key], iter_scale),
-                     'train_cfg')
+                _set(changes, train_cfg, key, scale_iters(train_cfg[key], iter_scale), 'train_cfg')
     for i, sched in enumerate(_schedulers(cfg)):
         _scale_scheduler(sched, iter_scale, f'param_scheduler[{i}]', changes)
     ckpt = (cfg.get('default_hooks') or {}).get('checkpoint') or {}

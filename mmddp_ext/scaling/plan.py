@@ -193,14 +193,14 @@ def _not_divisible(global_batch: int, world_size: int, source: str) -> ValueErro
     else:
         options = f'{below} or {above}'
         nearest = below if global_batch - below <= above - global_batch else above
-    what = (f'{source}={global_batch}' if source == 'scaling.global_batch_size'
-            else f'the global batch {global_batch} (from {source})')
+    what = (f'{source}={global_batch}' if source == 'scaling.global_batch_size' else
+            f'the global batch {global_batch} (from {source})')
     return ValueError(f'{what} is not divisible by world_size {world_size}: use {options} '
                       f'(--cfg-options scaling.global_batch_size={nearest})')
 
 
-def _small_batch_warning(global_batch: int, world_size: int, cap: int,
-                         split: Tuple[int, int], warnings: List[str]) -> None:
+def _small_batch_warning(global_batch: int, world_size: int, cap: int, split: Tuple[int, int],
+                         warnings: List[str]) -> None:
     """Warn when accumulation forces a per-device batch under half the cap."""
     per_device, accumulation = split
     if accumulation == 1 or 2 * per_device >= cap:
@@ -244,8 +244,8 @@ def _unreachable_base(scaling: ScalingConfig, facts: ConfigFacts,
     multiples = f'{below} or {above}' if below else f'{above}'
     batch = f'train_dataloader.batch_size={facts.batch_size}' + (
         f' × accumulation {facts.accumulative_counts}' if facts.accumulative_counts > 1 else '')
-    kept = 'batch and accumulation as written, LR × 1.0' + (
-        '' if name_batch(facts.config_name) else ', iteration counts as written')
+    kept = 'batch and accumulation as written, LR × 1.0' + ('' if name_batch(facts.config_name) else
+                                                            ', iteration counts as written')
     return (f'auto_scale_lr.base_batch_size={base[0]} is not a whole number of per-device '
             f'steps ({batch} = {per_step} samples), so no world size reproduces it: keeping '
             f"MMEngine's per-device semantics ({kept}); "
@@ -315,8 +315,7 @@ def _reference_world_size(facts: ConfigFacts, base: Optional[int]) -> Optional[i
     return named[0] if named else None
 
 
-def _name_warning(facts: ConfigFacts, base: Tuple[Optional[int], str],
-                  warnings: List[str]) -> None:
+def _name_warning(facts: ConfigFacts, base: Tuple[Optional[int], str], warnings: List[str]) -> None:
     """Warn when the NxbM name disagrees with the base batch size."""
     named = name_batch(facts.config_name)
     accumulation = facts.accumulative_counts
@@ -331,8 +330,8 @@ def _name_warning(facts: ConfigFacts, base: Tuple[Optional[int], str],
 
 
 def _iteration_scale(scaling: ScalingConfig, facts: ConfigFacts, mode: str,
-                     reference: Optional[int], samples_per_iter: int,
-                     warnings: List[str], quiet: bool = False) -> float:
+                     reference: Optional[int], samples_per_iter: int, warnings: List[str],
+                     quiet: bool = False) -> float:
     """The iteration factor for the schedule; may append a warning (not the one for an
     unknown reference when ``quiet``)."""
     if scaling.schedule == 'keep_iters':
@@ -385,12 +384,11 @@ def make_plan(scaling: ScalingConfig, facts: ConfigFacts, world_size: int,
                         f"{facts.batch_size} as the per-device cap")
     if scaling.global_batch_size is None and (base[0] is None or facts.auto_scale_lr_enable):
         mode = 'per_device'
-        per_device, accumulation = _per_device_split(scaling, facts, max_batch_per_device,
-                                                     warnings)
+        per_device, accumulation = _per_device_split(scaling, facts, max_batch_per_device, warnings)
     else:
         mode = 'recipe'
-        per_device, accumulation = _recipe_split(scaling, facts, world_size,
-                                                 max_batch_per_device, base, warnings)
+        per_device, accumulation = _recipe_split(scaling, facts, world_size, max_batch_per_device,
+                                                 base, warnings)
     global_batch = per_device * world_size * accumulation
     quiet = unreachable is not None
     lr_scale = _lr_scale(scaling.lr_rule, global_batch, base[0], warnings, quiet)
@@ -398,11 +396,10 @@ def make_plan(scaling: ScalingConfig, facts: ConfigFacts, world_size: int,
     iter_scale = _iteration_scale(scaling, facts, mode, reference, per_device * world_size,
                                   warnings, quiet)
     _name_warning(facts, base, warnings)
-    return ScalingPlan(
-        mode=mode, world_size=world_size, per_device_batch_size=per_device,
-        accumulative_counts=accumulation, global_batch_size=global_batch,
-        base_batch_size=base[0], lr_rule=scaling.lr_rule, lr_scale=lr_scale,
-        lrs=tuple(lr * lr_scale for lr in facts.lrs), reference_world_size=reference or 1,
-        reference_samples_per_iter=facts.batch_size * (reference or 1),
-        samples_per_iter=per_device * world_size, iter_scale=iter_scale,
-        schedule=scaling.schedule, warnings=tuple(warnings))
+    return ScalingPlan(mode=mode, world_size=world_size, per_device_batch_size=per_device,
+                       accumulative_counts=accumulation, global_batch_size=global_batch,
+                       base_batch_size=base[0], lr_rule=scaling.lr_rule, lr_scale=lr_scale,
+                       lrs=tuple(lr * lr_scale for lr in facts.lrs), reference_world_size=reference
+                       or 1, reference_samples_per_iter=facts.batch_size * (reference or 1),
+                       samples_per_iter=per_device * world_size, iter_scale=iter_scale,
+                       schedule=scaling.schedule, warnings=tuple(warnings))

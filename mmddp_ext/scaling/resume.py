@@ -19,8 +19,7 @@ from .plan import ScalingPlan, scale_iters
 
 # Scheduler state that describes the schedule itself: after a conversion the freshly built
 # (already rescaled) values are kept instead of the checkpoint's.
-SCHEDULE_SHAPE_KEYS = ('begin', 'end', 'milestones', 'T_max', 'step_size', 'total_steps',
-                       'periods')
+SCHEDULE_SHAPE_KEYS = ('begin', 'end', 'milestones', 'T_max', 'step_size', 'total_steps', 'periods')
 
 
 class ResumeMismatch(ScalingError):
@@ -48,9 +47,9 @@ def resume_factor(saved: Mapping[str, Any], plan: ScalingPlan) -> float:
         raise ResumeMismatch(
             f'the checkpoint was trained with {_describe(saved)}; this run would use '
             f'{_describe(now)}, which changes the training dynamics. Continue the same run '
-            f'with --cfg-options scaling.global_batch_size={saved["global_batch_size"]}'
-            + (f' scaling.base_batch_size={saved["base_batch_size"]}'
-               if saved.get('base_batch_size') else ''))
+            f'with --cfg-options scaling.global_batch_size={saved["global_batch_size"]}' +
+            (f' scaling.base_batch_size={saved["base_batch_size"]}' if saved.get('base_batch_size'
+                                                                                 ) else ''))
     old_lrs, new_lrs = list(saved.get('lrs') or []), list(plan.lrs)
     if len(old_lrs) == len(new_lrs) and not all(
             math.isclose(a, b, rel_tol=1e-9) for a, b in zip(old_lrs, new_lrs)):

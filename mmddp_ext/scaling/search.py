@@ -60,9 +60,11 @@ class SearchResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> 'SearchResult':
         """Inverse of :meth:`to_dict`."""
-        return cls(int(data['max_batch']), int(data['upper']),
-                   tuple(Trial(int(t['batch']), bool(t['fits']), float(t['seconds']))
-                         for t in data.get('trials', ())))
+        return cls(
+            int(data['max_batch']), int(data['upper']),
+            tuple(
+                Trial(int(t['batch']), bool(t['fits']), float(t['seconds']))
+                for t in data.get('trials', ())))
 
 
 def max_trials(upper: int) -> int:

@@ -52,9 +52,8 @@ def resolve_config_path(path: str) -> str:
     try:
         return _get_external_cfg_base_path(get_installed_path(package), rel)
     except FileNotFoundError as e:
-        raise ConfigFileNotFound(
-            f'config {path!r} not found: {package} has no .mim/configs/{rel} '
-            f'(is {package} installed?)') from e
+        raise ConfigFileNotFound(f'config {path!r} not found: {package} has no .mim/configs/{rel} '
+                                 f'(is {package} installed?)') from e
 
 
 def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:

@@ -64,24 +64,22 @@ WARNINGS = (
         message=re.escape(
             'Setting MKL_NUM_THREADS environment variable for each process to be 1 in default, '
             'to avoid your system being overloaded, please further tune the variable for '
-            'optimal performance in your application as needed.') + '$',
-        category=UserWarning,
+            'optimal performance in your application as needed.') + '$', category=UserWarning,
         module='mmengine.utils.dl_utils.setup_env',
         why='MMEngine sets MKL_NUM_THREADS=1 when it is unset in a distributed run, after '
-            'torch was imported: MKL in the training process already took its thread count '
-            'from torch (mkl_get_max_threads is unchanged after the variable is set), so the '
-            'variable only reaches processes started later, e.g. dataloader workers, where '
-            'torch uses 1 thread anyway. Set MKL_NUM_THREADS yourself to choose.'),
+        'torch was imported: MKL in the training process already took its thread count '
+        'from torch (mkl_get_max_threads is unchanged after the variable is set), so the '
+        'variable only reaches processes started later, e.g. dataloader workers, where '
+        'torch uses 1 thread anyway. Set MKL_NUM_THREADS yourself to choose.'),
     KnownWarning(
         message=(r'The metainfo config file "configs/_base_/datasets/(?P<name>[\w.-]+\.py)" '
                  r'does not exist\. A matched config file "[^"]*[/\\]mmpose[/\\]\.mim[/\\]'
                  r'configs[/\\]_base_[/\\]datasets[/\\](?P=name)" will be used instead\.$'),
-        category=UserWarning,
-        module='mmpose.datasets.datasets.utils',
+        category=UserWarning, module='mmpose.datasets.datasets.utils',
         why='MMPose\'s own configs name their dataset metainfo by a path relative to the '
-            'MMPose repository; used from an installed mmpose (``mmpose::`` configs) that path '
-            'does not exist and MMPose loads the same file from its package. Only that case is '
-            'hidden: the same file name under mmpose/.mim/configs/_base_/datasets/.'),
+        'MMPose repository; used from an installed mmpose (``mmpose::`` configs) that path '
+        'does not exist and MMPose loads the same file from its package. Only that case is '
+        'hidden: the same file name under mmpose/.mim/configs/_base_/datasets/.'),
 )
 
 # Where MMEngine builds a FileClient it does not use when file_client_args is None.
@@ -91,18 +89,16 @@ _UNUSED_FILE_CLIENT = (('mmengine.hooks.checkpoint_hook', 'before_train'),
 LOG_WARNINGS = (
     KnownLogWarning(
         message='"FileClient" will be deprecated in future. Please use io functions in '
-                'https://mmengine.readthedocs.io/en/latest/api/fileio.html#file-io',
-        emitter='mmengine.fileio.file_client',
-        contexts=_UNUSED_FILE_CLIENT,
+        'https://mmengine.readthedocs.io/en/latest/api/fileio.html#file-io',
+        emitter='mmengine.fileio.file_client', contexts=_UNUSED_FILE_CLIENT,
         why='MMEngine 0.10\'s CheckpointHook.before_train and its save_checkpoint function '
-            'always build a FileClient "for backward compatibility" and, with '
-            'file_client_args=None, never use it (they read and write through '
-            'get_file_backend). Hidden only there, and only when file_client_args is None; a '
-            'FileClient built anywhere else, or from file_client_args, still warns.'),
+        'always build a FileClient "for backward compatibility" and, with '
+        'file_client_args=None, never use it (they read and write through '
+        'get_file_backend). Hidden only there, and only when file_client_args is None; a '
+        'FileClient built anywhere else, or from file_client_args, still warns.'),
     KnownLogWarning(
         message='"HardDiskBackend" is the alias of "LocalBackend" and the former will be '
-                'deprecated in future.',
-        emitter='mmengine.fileio.file_client',
+        'deprecated in future.', emitter='mmengine.fileio.file_client',
         contexts=_UNUSED_FILE_CLIENT,
         why='The backend of that same unused FileClient; same condition.'),
 )

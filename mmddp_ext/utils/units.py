@@ -1,8 +1,8 @@
 """Memory units, in one place: bytes to MiB for logs, tables and records."""
 from typing import Optional
 
-MIB = 2 ** 20
-GIB = 2 ** 30
+MIB = 2**20
+GIB = 2**30
 
 
 def format_mib(nbytes: Optional[float], unit: str = ' MiB', missing: str = '-') -> str:

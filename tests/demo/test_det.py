@@ -90,11 +90,11 @@ def test_deterministic_for_a_seed(tmp_path):
     assert not glob.glob(osp.join(a, 'annotations', '*.tmp'))
 
 
-@pytest.mark.parametrize('kwargs, message', [
-    (dict(num_train=0), 'num_train must be a positive integer, got 0'),
-    (dict(num_val=2.5), 'num_val must be a positive integer, got 2.5'),
-    (dict(size=16), 'size=16'),
-    (dict(seed=-1), 'seed must be a non-negative integer, got -1')])
+@pytest.mark.parametrize('kwargs, message',
+                         [(dict(num_train=0), 'num_train must be a positive integer, got 0'),
+                          (dict(num_val=2.5), 'num_val must be a positive integer, got 2.5'),
+                          (dict(size=16), 'size=16'),
+                          (dict(seed=-1), 'seed must be a non-negative integer, got -1')])
 def test_bad_arguments_are_named(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         make_demo_det_dataset(str(tmp_path), **kwargs)
@@ -116,8 +116,11 @@ def test_config_matches_its_name_and_the_data():
 def test_trains_on_two_processes_with_the_plan_applied(det_data, tmp_path):
     work_dir = str(tmp_path / 'work')
     world = 2
-    out = check_ok(run(['bash', 'tools/dist_train.sh', DET_CONFIG, str(world), '--work-dir',
-                        work_dir, *demo_options(det_data, 1)]))
+    out = check_ok(
+        run([
+            'bash', 'tools/dist_train.sh', DET_CONFIG,
+            str(world), '--work-dir', work_dir, *demo_options(det_data, 1)
+        ]))
     assert 'per-GPU batch 2 × 2 GPUs × accumulation 1 = global 4 (the config was tuned for 4)' \
         in out
     # The plan really drove the data loading: the global batch of the name (1xb4) is kept, so
@@ -128,9 +131,9 @@ def test_trains_on_two_processes_with_the_plan_applied(det_data, tmp_path):
     images = len(json.load(open(osp.join(det_data, 'annotations', 'train.json')))['images'])
     per_rank = math.ceil(images / world)
     iters = math.ceil(per_rank / (global_batch // world))
-    assert iters == math.ceil(images / global_batch) == 6       # 24 images, global 4
-    logged = [(int(i), int(total)) for i, total in
-              re.findall(r'Epoch\(train\)\s*\[1\]\[\s*(\d+)/(\d+)\]', out)]
+    assert iters == math.ceil(images / global_batch) == 6  # 24 images, global 4
+    logged = [(int(i), int(total))
+              for i, total in re.findall(r'Epoch\(train\)\s*\[1\]\[\s*(\d+)/(\d+)\]', out)]
     assert logged and {total for _, total in logged} == {iters}, logged
     assert max(i for i, _ in logged) == iters
     ckpt = torch.load(osp.join(work_dir, 'epoch_1.pth'), map_location='cpu', weights_only=False)
@@ -141,7 +144,7 @@ def test_trains_on_two_processes_with_the_plan_applied(det_data, tmp_path):
     records = [r for r in map(json.loads, open(scalars)) if 'loss' in r]
     losses = [r['loss'] for r in records]
     assert losses and all(math.isfinite(v) for v in losses)
-    assert len(records) == iters                                # logger interval 1
+    assert len(records) == iters  # logger interval 1
     assert osp.isfile(osp.join(work_dir, 'epoch_1.pth'))
     assert 'coco/bbox_mAP' in out
     assert not os.path.exists(osp.join(work_dir, 'failures'))

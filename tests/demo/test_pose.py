@@ -59,8 +59,9 @@ def test_deterministic_for_a_seed(tmp_path):
     assert _digest(a) == _digest(b) != _digest(c)
 
 
-@pytest.mark.parametrize('kwargs, word', [
-    (dict(num_train=0), 'num_train'), (dict(size=16), 'size=16'), (dict(num_val=2.5), 'num_val')])
+@pytest.mark.parametrize('kwargs, word', [(dict(num_train=0), 'num_train'),
+                                          (dict(size=16), 'size=16'),
+                                          (dict(num_val=2.5), 'num_val')])
 def test_bad_arguments_are_named(tmp_path, kwargs, word):
     with pytest.raises(ValueError, match=word):
         make_demo_dataset(str(tmp_path), **kwargs)

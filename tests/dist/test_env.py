@@ -1,22 +1,23 @@
 """The launcher-environment reader: one clear error per mistake, torchrun's formulas."""
 import pytest
 
-from mmddp_ext.dist.env import (DistEnvError, choose_backend, detect_launcher,
-                                first_slurm_host, read_dist_env, slurm_to_torch,
-                                threads_per_process)
+from mmddp_ext.dist.env import (DistEnvError, choose_backend, detect_launcher, first_slurm_host,
+                                read_dist_env, slurm_to_torch, threads_per_process)
 
 MASTER = dict(MASTER_ADDR='127.0.0.1', MASTER_PORT='29500')
 
 
-@pytest.mark.parametrize('environ, launcher', [
-    ({}, 'none'),
-    (dict(RANK='0', WORLD_SIZE='2'), 'pytorch'),
-    (dict(WORLD_SIZE='2'), 'pytorch'),
-    (dict(SLURM_PROCID='0', SLURM_STEP_NUM_TASKS='4'), 'slurm'),
-    (dict(SLURM_PROCID='0', SLURM_STEP_NUM_TASKS='1'), 'none'),  # `srun -n1`: one process
-    (dict(SLURM_PROCID='0', SLURM_NTASKS='8'), 'none'),  # batch script, not inside srun
-    (dict(SLURM_PROCID='0', SLURM_STEP_NUM_TASKS='4', RANK='1', WORLD_SIZE='4'), 'pytorch'),
-])
+@pytest.mark.parametrize(
+    'environ, launcher',
+    [
+        ({}, 'none'),
+        (dict(RANK='0', WORLD_SIZE='2'), 'pytorch'),
+        (dict(WORLD_SIZE='2'), 'pytorch'),
+        (dict(SLURM_PROCID='0', SLURM_STEP_NUM_TASKS='4'), 'slurm'),
+        (dict(SLURM_PROCID='0', SLURM_STEP_NUM_TASKS='1'), 'none'),  # `srun -n1`: one process
+        (dict(SLURM_PROCID='0', SLURM_NTASKS='8'), 'none'),  # batch script, not inside srun
+        (dict(SLURM_PROCID='0', SLURM_STEP_NUM_TASKS='4', RANK='1', WORLD_SIZE='4'), 'pytorch'),
+    ])
 def test_detect_launcher(environ, launcher):
     assert detect_launcher(environ) == launcher
 
@@ -39,13 +40,15 @@ def test_torchrun_two_by_two(node, local):
     assert env.warnings  # loopback master with 2 nodes
 
 
-@pytest.mark.parametrize('rank, num_gpus, extra, local, lws, node', [
-    (3, 2, {}, 1, 2, 1),                                # derived from the visible GPUs
-    (3, 1, {}, 0, 1, 3),                                # CUDA_VISIBLE_DEVICES=<one GPU>
-    (5, 8, dict(LOCAL_WORLD_SIZE='4'), 1, 4, 1),        # LOCAL_WORLD_SIZE given
-    (1, 0, {}, 1, 2, 0),                                # CPU: LOCAL_RANK = RANK
-    (1, 0, dict(NODE_RANK='0'), 1, 2, 0),
-])
+@pytest.mark.parametrize(
+    'rank, num_gpus, extra, local, lws, node',
+    [
+        (3, 2, {}, 1, 2, 1),  # derived from the visible GPUs
+        (3, 1, {}, 0, 1, 3),  # CUDA_VISIBLE_DEVICES=<one GPU>
+        (5, 8, dict(LOCAL_WORLD_SIZE='4'), 1, 4, 1),  # LOCAL_WORLD_SIZE given
+        (1, 0, {}, 1, 2, 0),  # CPU: LOCAL_RANK = RANK
+        (1, 0, dict(NODE_RANK='0'), 1, 2, 0),
+    ])
 def test_manual_launch_derives_local_rank(rank, num_gpus, extra, local, lws, node):
     environ = dict(MASTER, RANK=str(rank), WORLD_SIZE=str(max(rank + 1, 2)), **extra)
     env = read_dist_env(environ, num_gpus=num_gpus)
@@ -61,14 +64,14 @@ def test_manual_launch_derives_local_rank(rank, num_gpus, extra, local, lws, nod
     (dict(MASTER, RANK='-1', WORLD_SIZE='2'), 0, ['RANK=-1', 'out of range']),
     (dict(MASTER, RANK='x', WORLD_SIZE='2'), 0, ["RANK='x'", 'not an integer']),
     (dict(MASTER, RANK='0', WORLD_SIZE='0'), 0, ['WORLD_SIZE=0']),
-    (dict(MASTER, RANK='0', WORLD_SIZE='4', LOCAL_RANK='2'), 2,
-     ['LOCAL_RANK=2', '2 GPU(s) are visible', '--nproc_per_node=2']),
+    (dict(MASTER, RANK='0', WORLD_SIZE='4',
+          LOCAL_RANK='2'), 2, ['LOCAL_RANK=2', '2 GPU(s) are visible', '--nproc_per_node=2']),
     (dict(RANK='0', WORLD_SIZE='2', MASTER_PORT='29500'), 0, ['MASTER_ADDR is not set']),
     (dict(RANK='0', WORLD_SIZE='2', MASTER_ADDR='h'), 0, ['MASTER_PORT is not set', '29500']),
-    (dict(RANK='0', WORLD_SIZE='2', MASTER_ADDR='h', MASTER_PORT='http'), 0,
-     ["MASTER_PORT='http'", 'not a TCP port']),
-    (dict(RANK='0', WORLD_SIZE='2', MASTER_ADDR='h', MASTER_PORT='70000'), 0,
-     ["MASTER_PORT='70000'"]),
+    (dict(RANK='0', WORLD_SIZE='2', MASTER_ADDR='h',
+          MASTER_PORT='http'), 0, ["MASTER_PORT='http'", 'not a TCP port']),
+    (dict(RANK='0', WORLD_SIZE='2', MASTER_ADDR='h',
+          MASTER_PORT='70000'), 0, ["MASTER_PORT='70000'"]),
     ({}, 0, ['--launcher pytorch', 'torchrun']),
 ])
 def test_each_mistake_is_one_line_naming_value_and_fix(environ, num_gpus, words):
@@ -81,8 +84,8 @@ def test_each_mistake_is_one_line_naming_value_and_fix(environ, num_gpus, words)
 
 
 def test_loopback_master_with_several_nodes_warns_but_works():
-    env = read_dist_env(dict(MASTER, RANK='2', WORLD_SIZE='4', NNODES='2', LOCAL_RANK='0'),
-                        num_gpus=0)
+    env = read_dist_env(
+        dict(MASTER, RANK='2', WORLD_SIZE='4', NNODES='2', LOCAL_RANK='0'), num_gpus=0)
     assert env.nnodes == 2
     assert any('MASTER_ADDR=127.0.0.1' in w and 'loopback' in w for w in env.warnings)
     single = read_dist_env(dict(MASTER, RANK='1', WORLD_SIZE='2'))
@@ -114,8 +117,12 @@ def test_slurm_explicit_master_wins_and_missing_var_is_named():
 
 
 @pytest.mark.parametrize('nodelist, host', [
-    ('node01', 'node01'), ('node[01-04,07]', 'node01'), ('node[007-009]', 'node007'),
-    ('a[3,5],b1', 'a3'), ('gpu-a1,gpu-b2', 'gpu-a1'), ('rack[2-3]-ib', 'rack2-ib'),
+    ('node01', 'node01'),
+    ('node[01-04,07]', 'node01'),
+    ('node[007-009]', 'node007'),
+    ('a[3,5],b1', 'a3'),
+    ('gpu-a1,gpu-b2', 'gpu-a1'),
+    ('rack[2-3]-ib', 'rack2-ib'),
 ])
 def test_first_slurm_host(nodelist, host):
     assert first_slurm_host(nodelist) == host
@@ -126,21 +133,29 @@ def test_unparsable_nodelist():
         first_slurm_host('[')
 
 
-@pytest.mark.parametrize('requested, cuda, backend, warns', [
-    (None, True, 'nccl', False), (None, False, 'gloo', False), ('nccl', False, 'gloo', True),
-    ('nccl', True, 'nccl', False), ('gloo', True, 'gloo', False)])
+@pytest.mark.parametrize('requested, cuda, backend, warns', [(None, True, 'nccl', False),
+                                                             (None, False, 'gloo', False),
+                                                             ('nccl', False, 'gloo', True),
+                                                             ('nccl', True, 'nccl', False),
+                                                             ('gloo', True, 'gloo', False)])
 def test_choose_backend(requested, cuda, backend, warns):
     got, warning = choose_backend(requested, cuda)
     assert got == backend and bool(warning) == warns
 
 
-@pytest.mark.parametrize('environ, local_world, cores, expected', [
-    ({}, 2, 2, 1),
-    ({}, 2, 16, 8),
-    ({}, 4, 2, 1),                                  # never below one
-    ({}, 1, None, 1),                               # cpu_count unknown
-    ({'OMP_NUM_THREADS': '3'}, 2, 16, None),        # the user chose
-    ({'OMP_NUM_THREADS': ''}, 2, 16, 8),            # empty: not chosen
-])
+@pytest.mark.parametrize(
+    'environ, local_world, cores, expected',
+    [
+        ({}, 2, 2, 1),
+        ({}, 2, 16, 8),
+        ({}, 4, 2, 1),  # never below one
+        ({}, 1, None, 1),  # cpu_count unknown
+        ({
+            'OMP_NUM_THREADS': '3'
+        }, 2, 16, None),  # the user chose
+        ({
+            'OMP_NUM_THREADS': ''
+        }, 2, 16, 8),  # empty: not chosen
+    ])
 def test_threads_per_process(environ, local_world, cores, expected):
     assert threads_per_process(environ, local_world, cores) == expected

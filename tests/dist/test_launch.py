@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from conftest import (DEMO_CONFIG, PYTHON, check_ok, demo_options, finish, popen,
-                      read_records, recording_config, run)
+from conftest import (DEMO_CONFIG, PYTHON, check_ok, demo_options, finish, popen, read_records,
+                      recording_config, run)
 from mmddp_ext.dist.launch import find_free_port
 
 pytestmark = pytest.mark.slow
@@ -57,8 +57,12 @@ def _assert_disjoint_and_complete(records, world, data_root):
 
 def test_dist_train_sh_two_processes(demo_data, tmp_path):
     rec = str(tmp_path / 'rec')
-    out = check_ok(run(['bash', 'tools/dist_train.sh', recording_config(tmp_path, rec), '2',
-                        '--work-dir', str(tmp_path / 'w'), *demo_options(demo_data, 1)]))
+    out = check_ok(
+        run([
+            'bash', 'tools/dist_train.sh',
+            recording_config(tmp_path, rec), '2', '--work-dir',
+            str(tmp_path / 'w'), *demo_options(demo_data, 1)
+        ]))
     records = read_records(rec)
     for rank, r in records.items():
         assert r['dist_world'] == 2
@@ -70,8 +74,12 @@ def test_dist_train_sh_two_processes(demo_data, tmp_path):
 
 def test_two_jobs_at_once_on_one_machine(demo_data, tmp_path):
     """Without PORT each job gets its own free port: neither clashes with the other."""
-    procs = [popen(['bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir',
-                     str(tmp_path / f'job{i}'), *demo_options(demo_data, 1)]) for i in range(2)]
+    procs = [
+        popen([
+            'bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir',
+            str(tmp_path / f'job{i}'), *demo_options(demo_data, 1)
+        ]) for i in range(2)
+    ]
     for rc, out in finish(procs):
         assert rc == 0, out[-4000:]
     for i in range(2):
@@ -82,17 +90,20 @@ def test_manual_env_launch_without_local_rank(demo_data, tmp_path):
     rec = str(tmp_path / 'rec')
     cfg = recording_config(tmp_path, rec)
     port = str(find_free_port())
-    procs = [popen([PYTHON, 'tools/dist_train.py', cfg, '--work-dir', str(tmp_path / 'w'),
-                     *demo_options(demo_data, 1)],
-                    env=dict(RANK=str(r), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',
-                             MASTER_PORT=port, OMP_NUM_THREADS='')) for r in range(2)]
+    procs = [
+        popen([
+            PYTHON, 'tools/dist_train.py', cfg, '--work-dir',
+            str(tmp_path / 'w'), *demo_options(demo_data, 1)
+        ], env=dict(
+            RANK=str(r), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=port,
+            OMP_NUM_THREADS='')) for r in range(2)
+    ]
     results = finish(procs)
     for rc, out in results:
         assert rc == 0, out[-4000:]
     # no thread count chosen: the cores are shared, as torchrun would (not one per core);
     # rank 0 logs it (MMEngine shows only errors of the other ranks)
-    m = re.search(r'threads per process: (\d+) \((\d+) cores shared by 2 processes',
-                  results[0][1])
+    m = re.search(r'threads per process: (\d+) \((\d+) cores shared by 2 processes', results[0][1])
     assert m and int(m[1]) == max(1, int(m[2]) // 2), results[0][1][-4000:]
     records = read_records(rec)
     for rank, r in records.items():
@@ -105,10 +116,14 @@ def test_two_nodes_of_two_processes_on_loopback(demo_data, tmp_path):
     rec = str(tmp_path / 'rec')
     cfg = recording_config(tmp_path, rec)
     port = str(find_free_port())
-    procs = [popen([PYTHON, '-m', 'torch.distributed.run', '--nnodes=2', f'--node_rank={n}',
-                     '--nproc_per_node=2', '--master_addr=127.0.0.1', f'--master_port={port}',
-                     'tools/dist_train.py', cfg, '--work-dir', str(tmp_path / 'w'),
-                     *demo_options(demo_data, 1)]) for n in range(2)]
+    procs = [
+        popen([
+            PYTHON, '-m', 'torch.distributed.run', '--nnodes=2', f'--node_rank={n}',
+            '--nproc_per_node=2', '--master_addr=127.0.0.1', f'--master_port={port}',
+            'tools/dist_train.py', cfg, '--work-dir',
+            str(tmp_path / 'w'), *demo_options(demo_data, 1)
+        ]) for n in range(2)
+    ]
     for rc, out in finish(procs):
         assert rc == 0, out[-4000:]
     records = read_records(rec)
@@ -135,9 +150,11 @@ def test_launch_api(demo_data, tmp_path):
 
 
 def test_failing_worker_is_named_in_the_last_lines(demo_data, tmp_path):
-    proc = run(['bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir', str(tmp_path),
-                *demo_options(demo_data, 1,
-                              **{'train_dataloader.dataset.ann_file': 'annotations/nope.json'})])
+    proc = run([
+        'bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir',
+        str(tmp_path), *demo_options(
+            demo_data, 1, **{'train_dataloader.dataset.ann_file': 'annotations/nope.json'})
+    ])
     assert proc.returncode != 0
     tail = '\n'.join(proc.stdout.strip().splitlines()[-8:])
     assert 'first failing rank:' in tail
@@ -163,8 +180,10 @@ def _listening(root_pid):
 
 def test_single_node_job_listens_on_loopback_only(demo_data, tmp_path):
     """Every listening socket of a running dist_train.sh job is on 127.0.0.1."""
-    proc = popen(['bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir',
-                   str(tmp_path / 'w'), *demo_options(demo_data, 2)])
+    proc = popen([
+        'bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir',
+        str(tmp_path / 'w'), *demo_options(demo_data, 2)
+    ])
     seen, deadline = set(), time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:
         seen |= _listening(proc.pid)

@@ -27,32 +27,32 @@ class FitsUpTo(BaseModel):
 
     def forward(self, inputs, data_samples=None, mode='tensor'):
         self.sizes.append(len(inputs))
-        self.seen += len(inputs)               # a buffer a failed attempt must not change
+        self.seen += len(inputs)  # a buffer a failed attempt must not change
         if len(inputs) > self.limit:
             raise torch.OutOfMemoryError(f'CUDA out of memory. Tried to allocate {len(inputs)}')
         out = self.linear(torch.stack(inputs)).squeeze(1)
-        return dict(loss=((out - torch.stack(data_samples)) ** 2).mean())
+        return dict(loss=((out - torch.stack(data_samples))**2).mean())
 
 
 @pytest.fixture
 def group(tmp_path):
-    dist.init_process_group('gloo', init_method=f'file://{tmp_path}/store', rank=0,
-                            world_size=1)
+    dist.init_process_group('gloo', init_method=f'file://{tmp_path}/store', rank=0, world_size=1)
     yield
     dist.destroy_process_group()
 
 
 def _batch(n):
     gen = torch.Generator().manual_seed(n)
-    return dict(inputs=list(torch.randn(n, 3, generator=gen)),
-                data_samples=list(torch.randn(n, generator=gen)))
+    return dict(
+        inputs=list(torch.randn(n, 3, generator=gen)),
+        data_samples=list(torch.randn(n, generator=gen)))
 
 
 def _train(limit, batches, accumulation=1):
     torch.manual_seed(0)
     model = MicrobatchDDP(module=FitsUpTo(limit), device_ids=None)
-    optim = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1),
-                         accumulative_counts=accumulation)
+    optim = OptimWrapper(
+        torch.optim.SGD(model.parameters(), lr=0.1), accumulative_counts=accumulation)
     for b in batches:
         model.train_step(b, optim)
     return model
@@ -61,12 +61,12 @@ def _train(limit, batches, accumulation=1):
 def test_backs_off_by_halving_and_keeps_the_result(group):
     whole = _train(100, [_batch(10)])
     split = _train(3, [_batch(10)])
-    assert split.module.sizes == [10, 5, 3, 3, 2, 2]   # 1 → 2 → 4 micro-batches
+    assert split.module.sizes == [10, 5, 3, 3, 2, 2]  # 1 → 2 → 4 micro-batches
     assert (split.micro_batches, split.redone) == (4, 2)
     assert whole.module.sizes == [10] and whole.micro_batches == 1
     for a, b in zip(whole.module.parameters(), split.module.parameters()):
         assert torch.allclose(a, b, atol=1e-6)
-    assert split.module.seen.item() == 10               # buffers restored before each redo
+    assert split.module.seen.item() == 10  # buffers restored before each redo
 
 
 def test_stays_split_and_redoes_the_whole_accumulation_cycle(group):
@@ -80,13 +80,16 @@ def test_stays_split_and_redoes_the_whole_accumulation_cycle(group):
 
 
 def test_gives_up_at_one_sample_with_the_fix(group):
-    with pytest.raises(torch.OutOfMemoryError, match=r'rank\(s\) \[0\] even with micro-batches '
-                                                     r'of 1 sample.*memory_budget_mib'):
+    with pytest.raises(
+            torch.OutOfMemoryError, match=r'rank\(s\) \[0\] even with micro-batches '
+            r'of 1 sample.*memory_budget_mib'):
         _train(0, [_batch(4)])
 
 
 def test_other_errors_are_not_retried(group):
+
     class Broken(FitsUpTo):
+
         def forward(self, *args, **kwargs):
             raise ValueError('shape mismatch')
 
@@ -125,18 +128,23 @@ EXPECTED = {
 def two_ranks(tmp_path_factory):
     """``tests/helpers/microbatch_oom_ranks.py`` under torchrun, 2 gloo processes."""
     out = str(tmp_path_factory.mktemp('mb_ranks'))
-    check_ok(run([PYTHON, '-m', 'torch.distributed.run', '--nproc_per_node', '2',
-                  '--standalone', 'tests/helpers/microbatch_oom_ranks.py', out,
-                  json.dumps(SCENARIOS)], timeout=300))
+    check_ok(
+        run([
+            PYTHON, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--standalone',
+            'tests/helpers/microbatch_oom_ranks.py', out,
+            json.dumps(SCENARIOS)
+        ], timeout=300))
     return [json.load(open(osp.join(out, f'rank{r}.json'))) for r in (0, 1)]
 
 
 def _redo_lines(logs):
     """``[(failed ranks, micro-batches), ...]`` from MicrobatchDDP's warnings."""
-    found = [re.search(r'out of memory on rank\(s\) \[([\d, ]*)\] during a step; every rank '
-                       r'redoes it as (\d+) micro-batches', line) for line in logs]
+    found = [
+        re.search(
+            r'out of memory on rank\(s\) \[([\d, ]*)\] during a step; every rank '
+            r'redoes it as (\d+) micro-batches', line) for line in logs
+    ]
     return [([int(r) for r in m[1].split(',')], int(m[2])) for m in found if m]
-
 
 
 @pytest.mark.slow
@@ -154,9 +162,9 @@ def test_two_ranks_redo_the_step_together(two_ranks, name):
         assert (rec['micro_batches'], rec['redone']) == (parts, len(redos)), rank
         assert _redo_lines(rec['logs']) == redos, rec['logs']
         # the result is the un-split step's (MMEngine's DDP, one pass per batch, no limit)
-        assert rec['moved'] > 1e-3                      # training changed the weights at all
+        assert rec['moved'] > 1e-3  # training changed the weights at all
         assert rec['diff'] < 1e-6 and rec['loss_diff'] < 1e-5, rec
-        assert rec['seen'] == sum(spec['batches'])      # buffers restored before each redo
+        assert rec['seen'] == sum(spec['batches'])  # buffers restored before each redo
     # the gradients were averaged over both ranks: the replicas are equal, bit for bit
     assert recs[0]['digest'] == recs[1]['digest']
     assert recs[0]['checksum'] == recs[1]['checksum']

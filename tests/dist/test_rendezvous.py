@@ -40,6 +40,7 @@ def _held_port():
 
 # ---------------------------------------------------------------- the pure helpers, in-process
 
+
 def test_port_holder_names_the_listening_process():
     sock, port = _held_port()
     with sock:
@@ -71,8 +72,10 @@ def test_failure_records_first_seen_first():
     from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
     # the agent inserts the failure it saw first; the rank it stopped itself comes after it,
     # within the same second
-    failures = {1: ProcessFailure(1, 4001, -9, '/nonexistent/error.json'),
-                0: ProcessFailure(0, 4000, -15, '/nonexistent/error.json')}
+    failures = {
+        1: ProcessFailure(1, 4001, -9, '/nonexistent/error.json'),
+        0: ProcessFailure(0, 4000, -15, '/nonexistent/error.json')
+    }
     failures[0].timestamp = failures[1].timestamp
     records = run_front.failure_records(failures)
     assert [r['rank'] for r in records] == [1, 0]
@@ -98,6 +101,7 @@ def test_bad_wait_settings_are_named(name, value):
 
 # ---------------------------------------------------------------- port in use (dist_train.sh)
 
+
 @pytest.mark.parametrize('nodes, fix', [
     (dict(), 'leave PORT unset on a single node (a free port is picked) or choose another'),
     (dict(NNODES='2', NODE_RANK='0'), 'stop that process or choose another PORT on every node'),
@@ -105,7 +109,8 @@ def test_bad_wait_settings_are_named(name, value):
 def test_port_in_use_is_named_before_torchrun_starts(tmp_path, nodes, fix):
     sock, port = _held_port()
     with sock:
-        proc = run(SCRIPT + [DEMO_CONFIG, '2', '--work-dir', str(tmp_path)],
+        proc = run(SCRIPT +
+                   [DEMO_CONFIG, '2', '--work-dir', str(tmp_path)],
                    env=dict(PORT=str(port), **nodes), timeout=HANG_GUARD)
     [line] = _lines(proc.stdout, '[mmddp_ext] error:')
     assert proc.returncode == 2, proc.stdout[-3000:]
@@ -120,15 +125,19 @@ def test_port_in_use_is_named_before_torchrun_starts(tmp_path, nodes, fix):
 def test_hand_set_rank_0_names_the_port_holder(tmp_path):
     sock, port = _held_port()
     with sock:
-        [(rc, out)] = finish([popen(TRAIN + [DEMO_CONFIG, '--work-dir', str(tmp_path)], env=dict(
-            RANK='0', WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), **SHORT))],
-            timeout=HANG_GUARD)
+        [(rc, out)] = finish([
+            popen(
+                TRAIN + [DEMO_CONFIG, '--work-dir', str(tmp_path)], env=dict(
+                    RANK='0', WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), **
+                    SHORT))
+        ], timeout=HANG_GUARD)
     [line] = _lines(out, '[mmddp_ext] error:')
     assert rc == 1 and f'MASTER_PORT={port} is already in use' in line
     assert f'by pid {os.getpid()} (' in line and 'choose a free port for every process' in line
 
 
 # ---------------------------------------------------------------- an unreachable master
+
 
 def _waited(out: str, pattern: str):
     """The seconds of each waiting line matching ``pattern`` (with one ``(\\d+)`` group)."""
@@ -138,13 +147,14 @@ def _waited(out: str, pattern: str):
 def test_unreachable_master_is_named_within_the_bound(tmp_path):
     port = find_free_port()  # nothing listens there, on 127.0.0.2 either
     start = time.monotonic()
-    proc = run(SCRIPT + [DEMO_CONFIG, '2', '--work-dir', str(tmp_path)], timeout=HANG_GUARD,
-               env=dict(NNODES='2', NODE_RANK='1', MASTER_ADDR='127.0.0.2', PORT=str(port),
-                        **SHORT))
+    proc = run(
+        SCRIPT + [DEMO_CONFIG, '2', '--work-dir', str(tmp_path)], timeout=HANG_GUARD,
+        env=dict(NNODES='2', NODE_RANK='1', MASTER_ADDR='127.0.0.2', PORT=str(port), **SHORT))
     elapsed = time.monotonic() - start
     assert proc.returncode == 2, proc.stdout[-3000:]
-    seconds = _waited(proc.stdout, rf'\[mmddp_ext\] node 1 waiting for node 0 at '
-                                   rf'127\.0\.0\.2:{port} \((\d+) s\)')
+    seconds = _waited(
+        proc.stdout, rf'\[mmddp_ext\] node 1 waiting for node 0 at '
+        rf'127\.0\.0\.2:{port} \((\d+) s\)')
     assert seconds == sorted(seconds) and len(seconds) >= TIMEOUT // LOG_EVERY - 1, proc.stdout
     [line] = _lines(proc.stdout, '[mmddp_ext] error:')
     assert f'node 1 could not reach node 0 at MASTER_ADDR=127.0.0.2 PORT={port} within ' \
@@ -157,11 +167,13 @@ def test_unreachable_master_is_named_within_the_bound(tmp_path):
 
 def test_node_0_alone_says_the_other_nodes_did_not_join(tmp_path):
     port = find_free_port()
-    proc = run(SCRIPT + [DEMO_CONFIG, '1', '--work-dir', str(tmp_path)], timeout=HANG_GUARD,
+    proc = run(SCRIPT +
+               [DEMO_CONFIG, '1', '--work-dir', str(tmp_path)], timeout=HANG_GUARD,
                env=dict(NNODES='2', NODE_RANK='0', PORT=str(port), **SHORT))
     assert proc.returncode == 2, proc.stdout[-3000:]
-    assert _waited(proc.stdout, r'node 0 waiting for the other nodes \(NNODES=2\) at '
-                                rf'127\.0\.0\.1:{port} \((\d+) s\)'), proc.stdout
+    assert _waited(
+        proc.stdout, r'node 0 waiting for the other nodes \(NNODES=2\) at '
+        rf'127\.0\.0\.1:{port} \((\d+) s\)'), proc.stdout
     [line] = _lines(proc.stdout, '[mmddp_ext] error:')
     assert f'node 0 did not complete the rendezvous at 127.0.0.1:{port} within {TIMEOUT} s' \
         in line and f'PORT={port}' in line and '1/2 clients joined' in line  # torchrun's words
@@ -178,9 +190,12 @@ def test_node_0_alone_says_the_other_nodes_did_not_join(tmp_path):
 ], ids=['rank 1 without rank 0', 'rank 0 without rank 1'])
 def test_hand_set_ranks_say_what_they_wait_for(tmp_path, rank, pattern, error):
     port = find_free_port()
-    [(rc, out)] = finish([popen(TRAIN + [DEMO_CONFIG, '--work-dir', str(tmp_path)], env=dict(
-        RANK=str(rank), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
-        **SHORT))], timeout=HANG_GUARD)
+    [(rc, out)] = finish([
+        popen(
+            TRAIN + [DEMO_CONFIG, '--work-dir', str(tmp_path)], env=dict(
+                RANK=str(rank), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), **
+                SHORT))
+    ], timeout=HANG_GUARD)
     assert rc == 1, out[-3000:]
     assert _waited(out, pattern.format(port=port)), out[-3000:]
     [line] = _lines(out, '[mmddp_ext] error:')
@@ -188,6 +203,7 @@ def test_hand_set_ranks_say_what_they_wait_for(tmp_path, rank, pattern, error):
 
 
 # ---------------------------------------------------------------- loopback means loopback
+
 
 def _non_loopback_address():
     for addrs in psutil.net_if_addrs().values():
@@ -214,12 +230,15 @@ def other_hostname(tmp_path_factory):
     hosts = tmp_path_factory.mktemp('hosts') / 'hosts'
     name = 'mmddp-test-host'
     hosts.write_text(f'127.0.0.1 localhost\n{address} {name}\n')
-    prefix = ['unshare', '-Urmu', 'sh', '-c',
-              'mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@"',
-              str(hosts), name]
-    probe = subprocess.run(prefix + [PYTHON, '-c', 'import socket; print(socket.gethostbyname('
-                                                   'socket.gethostname()))'],
-                           capture_output=True, text=True, timeout=60)
+    prefix = [
+        'unshare', '-Urmu', 'sh', '-c',
+        'mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@"',
+        str(hosts), name
+    ]
+    probe = subprocess.run(
+        prefix +
+        [PYTHON, '-c', 'import socket; print(socket.gethostbyname('
+         'socket.gethostname()))'], capture_output=True, text=True, timeout=60)
     if probe.returncode != 0 or probe.stdout.strip() != address:
         pytest.skip('cannot give this process tree a host name that resolves to a non-loopback '
                     f'address (unshare -Urmu: {(probe.stderr or probe.stdout).strip()[:200]})')
@@ -237,8 +256,8 @@ def _listening_while_running(procs, limit=HANG_GUARD):
                 continue
             for q in tree:
                 try:
-                    seen |= {(q.pid, c.laddr.ip) for c in q.net_connections('inet')
-                             if c.status == psutil.CONN_LISTEN}
+                    seen |= {(q.pid, c.laddr.ip)
+                             for c in q.net_connections('inet') if c.status == psutil.CONN_LISTEN}
                 except psutil.Error:
                     pass
         time.sleep(0.3)
@@ -255,8 +274,11 @@ def _assert_loopback_only(seen, outs):
 
 @pytest.mark.slow
 def test_dist_train_sh_listens_on_loopback_only(other_hostname, demo_data, tmp_path):
-    procs = [popen(other_hostname + SCRIPT + [DEMO_CONFIG, '2', '--work-dir', str(tmp_path),
-                                              *demo_options(demo_data, 1)])]
+    procs = [
+        popen(other_hostname + SCRIPT +
+              [DEMO_CONFIG, '2', '--work-dir',
+               str(tmp_path), *demo_options(demo_data, 1)])
+    ]
     seen = _listening_while_running(procs)
     outs = finish(procs)
     _assert_loopback_only(seen, outs)
@@ -268,10 +290,14 @@ def test_dist_train_sh_listens_on_loopback_only(other_hostname, demo_data, tmp_p
 @pytest.mark.slow
 def test_hand_set_ranks_listen_on_loopback_only(other_hostname, demo_data, tmp_path):
     port = str(find_free_port())
-    procs = [popen(other_hostname + TRAIN + [DEMO_CONFIG, '--work-dir', str(tmp_path),
-                                             *demo_options(demo_data, 1)],
-                   env=dict(RANK=str(r), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',
-                            MASTER_PORT=port)) for r in range(2)]
+    procs = [
+        popen(
+            other_hostname + TRAIN +
+            [DEMO_CONFIG, '--work-dir',
+             str(tmp_path), *demo_options(demo_data, 1)],
+            env=dict(RANK=str(r), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=port))
+        for r in range(2)
+    ]
     seen = _listening_while_running(procs)
     outs = finish(procs)
     _assert_loopback_only(seen, outs)
@@ -283,8 +309,12 @@ def test_hand_set_ranks_listen_on_loopback_only(other_hostname, demo_data, tmp_p
 def test_launch_api_listens_on_loopback_only(other_hostname, demo_data, tmp_path):
     code = ('import os, sys, mmddp_ext; r = mmddp_ext.launch(sys.argv[1], nproc_per_node=2, '
             'args=sys.argv[2:]); print("RESULT", r, "GLOO_SOCKET_IFNAME" in os.environ)')
-    procs = [popen(other_hostname + [PYTHON, '-c', code, DEMO_CONFIG, '--work-dir',
-                                     str(tmp_path), *demo_options(demo_data, 1)])]
+    procs = [
+        popen(other_hostname + [
+            PYTHON, '-c', code, DEMO_CONFIG, '--work-dir',
+            str(tmp_path), *demo_options(demo_data, 1)
+        ])
+    ]
     seen = _listening_while_running(procs)
     outs = finish(procs)
     _assert_loopback_only(seen, outs)
@@ -293,6 +323,7 @@ def test_launch_api_listens_on_loopback_only(other_hostname, demo_data, tmp_path
 
 
 # ---------------------------------------------------------------- one screen for a failure
+
 
 def _kill_config(tmp_path) -> str:
     path = osp.join(str(tmp_path), 'demo_kill.py')
@@ -306,15 +337,18 @@ def _kill_config(tmp_path) -> str:
 def test_killed_rank_gives_one_line_and_a_launcher_report(demo_data, tmp_path):
     report = str(tmp_path / 'launch.json')
     start = time.time()
-    proc = run(SCRIPT + [_kill_config(tmp_path), '2', '--work-dir', str(tmp_path / 'w'),
-                         *demo_options(demo_data, 1)], timeout=HANG_GUARD,
-               env=dict(MMDDP_TEST_KILL_RANK='1', MMDDP_LAUNCH_REPORT=report))
+    proc = run(
+        SCRIPT + [
+            _kill_config(tmp_path), '2', '--work-dir',
+            str(tmp_path / 'w'), *demo_options(demo_data, 1)
+        ], timeout=HANG_GUARD, env=dict(MMDDP_TEST_KILL_RANK='1', MMDDP_LAUNCH_REPORT=report))
     assert proc.returncode == 1, proc.stdout[-3000:]
     records = json.load(open(report))
     first = records[0]
     assert {r['rank'] for r in records} <= {0, 1}
-    assert all(set(r) == {'rank', 'local_rank', 'pid', 'exitcode', 'signal', 'host', 'time',
-                          'error_file'} for r in records)
+    assert all(
+        set(r) == {'rank', 'local_rank', 'pid', 'exitcode', 'signal', 'host', 'time', 'error_file'}
+        for r in records)
     assert (first['rank'], first['local_rank'], first['exitcode'], first['signal']) == \
         (1, 1, -9, 'SIGKILL')
     assert first['host'] == socket.gethostname() and first['error_file'] is None
@@ -330,10 +364,12 @@ def test_killed_rank_gives_one_line_and_a_launcher_report(demo_data, tmp_path):
 def test_raising_rank_report_points_at_its_error_file(demo_data, tmp_path):
     report, tmp = str(tmp_path / 'launch.json'), tmp_path / 'tmp'
     tmp.mkdir()
-    proc = run(SCRIPT + [DEMO_CONFIG, '2', '--work-dir', str(tmp_path / 'w'),
-                         *demo_options(demo_data, 1, **{
-                             'train_dataloader.dataset.ann_file': 'annotations/nope.json'})],
-               env=dict(MMDDP_LAUNCH_REPORT=report, TMPDIR=str(tmp)), timeout=HANG_GUARD)
+    proc = run(
+        SCRIPT + [
+            DEMO_CONFIG, '2', '--work-dir',
+            str(tmp_path / 'w'), *demo_options(
+                demo_data, 1, **{'train_dataloader.dataset.ann_file': 'annotations/nope.json'})
+        ], env=dict(MMDDP_LAUNCH_REPORT=report, TMPDIR=str(tmp)), timeout=HANG_GUARD)
     assert proc.returncode == 1
     records = json.load(open(report))
     first = records[0]  # the other rank raised too, or was stopped by torchrun (SIGTERM)
@@ -352,11 +388,16 @@ def test_front_does_not_import_the_package(tmp_path):
     script.write_text('import os; print("worker ran at", os.environ["MASTER_ADDR"], '
                       'os.environ["MASTER_PORT"], os.environ["GLOO_SOCKET_IFNAME"])\n')
     port = find_free_port()
-    proc = run([PYTHON, '-X', 'importtime', 'mmddp_ext/dist/run_front.py',
-                f'--master-port={port}', '--nproc_per_node=1', str(script)], timeout=HANG_GUARD)
+    proc = run([
+        PYTHON, '-X', 'importtime', 'mmddp_ext/dist/run_front.py', f'--master-port={port}',
+        '--nproc_per_node=1',
+        str(script)
+    ], timeout=HANG_GUARD)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert f'worker ran at 127.0.0.1 {port} {run_front.loopback_ifname()}' in proc.stdout
-    imported = [ln.rsplit('|', 1)[-1].strip() for ln in proc.stdout.splitlines()
-                if ln.startswith('import time:')]
+    imported = [
+        ln.rsplit('|', 1)[-1].strip() for ln in proc.stdout.splitlines()
+        if ln.startswith('import time:')
+    ]
     assert 'torch.distributed.run' in imported
     assert not [m for m in imported if m.split('.')[0] in ('mmddp_ext', 'mmengine')]

@@ -23,8 +23,8 @@ def _alive(pid: int) -> bool:
 
 
 def _start(mode: str):
-    proc = subprocess.Popen([sys.executable, '-m', 'tests.helpers.loader_child', mode],
-                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, '-m', 'tests.helpers.loader_child', mode], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True)
     lines = []
     for line in proc.stdout:
         lines.append(line)

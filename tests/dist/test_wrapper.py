@@ -14,15 +14,18 @@ def _cfg(**extra) -> Config:
 @pytest.mark.parametrize('cuda,local_rank,device_ids', [(True, 3, [3]), (False, 3, None)])
 def test_lean_defaults(cuda, local_rank, device_ids):
     wrapper = ddp_wrapper_cfg(_cfg(), cuda, local_rank)
-    assert wrapper == {'type': 'MMDistributedDataParallel', 'find_unused_parameters': False,
-                       'gradient_as_bucket_view': True, 'device_ids': device_ids,
-                       buffer_sync_key(): False}
+    assert wrapper == {
+        'type': 'MMDistributedDataParallel',
+        'find_unused_parameters': False,
+        'gradient_as_bucket_view': True,
+        'device_ids': device_ids,
+        buffer_sync_key(): False
+    }
 
 
 def test_the_configs_own_keys_win():
     own = dict(gradient_as_bucket_view=False, broadcast_buffers=True, bucket_cap_mb=50)
-    wrapper = ddp_wrapper_cfg(_cfg(model_wrapper_cfg=own, find_unused_parameters=True),
-                              False, 0)
+    wrapper = ddp_wrapper_cfg(_cfg(model_wrapper_cfg=own, find_unused_parameters=True), False, 0)
     assert wrapper['gradient_as_bucket_view'] is False and wrapper['bucket_cap_mb'] == 50
     assert wrapper['find_unused_parameters'] is True
     assert wrapper['broadcast_buffers'] is True and 'forward_sync_buffers' not in wrapper

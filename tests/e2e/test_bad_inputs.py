@@ -43,19 +43,20 @@ CASES = [
     ('non-integer size', TRAIN, ['scaling.max_batch_per_device=2.5'], {},
      ['scaling.max_batch_per_device=2.5']),
     ('non-divisible global batch', ['bash', 'tools/dist_train.sh', '{config}', '2'],
-     ['scaling.global_batch_size=33'], {},
-     ['scaling.global_batch_size=33 is not divisible by world_size 2', '32 or 34',
-      '--cfg-options scaling.global_batch_size=32']),
+     ['scaling.global_batch_size=33'], {}, [
+         'scaling.global_batch_size=33 is not divisible by world_size 2', '32 or 34',
+         '--cfg-options scaling.global_batch_size=32'
+     ]),
     ('unknown runner_type', TRAIN, ['runner_type=DDPRuner'], {},
      ["runner_type='DDPRuner' is not a registered runner", "did you mean 'DDPRunner'?"]),
     ('our keys, stock runner', TRAIN, ['runner_type=Runner', 'scaling.global_batch_size=32'], {},
      ["sets `scaling` but runner_type is 'Runner'", "runner_type='DDPRunner'"]),
-    ('RANK >= WORLD_SIZE', TRAIN, [], dict(RANK='2', WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',
-                                           MASTER_PORT='29999'),
-     ['RANK=2 is out of range for WORLD_SIZE=2', '0..1']),
-    ('MASTER_PORT not a port', TRAIN, [], dict(RANK='0', WORLD_SIZE='2',
-                                               MASTER_ADDR='127.0.0.1', MASTER_PORT='http'),
-     ["MASTER_PORT='http' is not a TCP port number"]),
+    ('RANK >= WORLD_SIZE', TRAIN, [],
+     dict(RANK='2', WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',
+          MASTER_PORT='29999'), ['RANK=2 is out of range for WORLD_SIZE=2', '0..1']),
+    ('MASTER_PORT not a port', TRAIN, [],
+     dict(RANK='0', WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',
+          MASTER_PORT='http'), ["MASTER_PORT='http' is not a TCP port number"]),
 ]
 
 
@@ -65,8 +66,9 @@ def test_one_line_error(name, cmd, options, env, words, demo_data, tmp_path):
     cmd = [c.replace('{config}', DEMO_CONFIG) for c in cmd]
     if DEMO_CONFIG not in cmd:
         cmd = cmd + [DEMO_CONFIG]
-    [(rc, out)] = finish([popen(cmd + ['--work-dir', work, *demo_options(demo_data, 1),
-                                       *options], env=env)], timeout=HANG_GUARD)
+    [(rc, out)
+     ] = finish([popen(cmd + ['--work-dir', work, *demo_options(demo_data, 1), *options], env=env)],
+                timeout=HANG_GUARD)
     assert rc != 0
     _not_trained(out)
     lines = _error_lines(out)
@@ -78,11 +80,11 @@ def test_one_line_error(name, cmd, options, env, words, demo_data, tmp_path):
 
 @pytest.mark.parametrize('cmd, line', [
     (TRAIN + ['no/such/config.py'], "[mmddp_ext] error: config file 'no/such/config.py' does "
-                                    'not exist'),
-    (['bash', 'tools/dist_train.sh', 'no/such/config.py', '2'],
-     "dist_train.sh: config file 'no/such/config.py' does not exist"),
-    (['bash', 'tools/dist_train.sh', DEMO_CONFIG, 'two'],
-     "dist_train.sh: GPUS='two' must be a whole number"),
+     'not exist'),
+    (['bash', 'tools/dist_train.sh', 'no/such/config.py', '2'
+      ], "dist_train.sh: config file 'no/such/config.py' does not exist"),
+    (['bash', 'tools/dist_train.sh', DEMO_CONFIG, 'two'
+      ], "dist_train.sh: GPUS='two' must be a whole number"),
 ])
 def test_missing_config_and_bad_script_arguments(cmd, line):
     [(rc, out)] = finish([popen(cmd)], timeout=HANG_GUARD)
@@ -90,8 +92,9 @@ def test_missing_config_and_bad_script_arguments(cmd, line):
 
 
 def _manual(rank, world, port, work):
-    env = dict(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR='127.0.0.1',
-               MASTER_PORT=str(port), MMDDP_RENDEZVOUS_TIMEOUT=str(RENDEZVOUS_TIMEOUT))
+    env = dict(
+        RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
+        MMDDP_RENDEZVOUS_TIMEOUT=str(RENDEZVOUS_TIMEOUT))
     return popen(TRAIN + [DEMO_CONFIG, '--work-dir', work], env=env)
 
 
@@ -123,14 +126,14 @@ def test_unreachable_master_times_out(tmp_path):
 
 def test_world_size_larger_than_the_processes_started(tmp_path):
     port = find_free_port()
-    outs = finish([_manual(0, 4, port, str(tmp_path)), _manual(1, 4, port, str(tmp_path))],
-                  timeout=HANG_GUARD)
+    outs = finish([_manual(0, 4, port, str(tmp_path)),
+                   _manual(1, 4, port, str(tmp_path))], timeout=HANG_GUARD)
     assert all(rc == 1 for rc, _ in outs)
     [line] = _error_lines(outs[0][1])
     assert 'only 2 of WORLD_SIZE=4 processes joined' in line and 'start the missing ranks' in line
-    assert f'within {RENDEZVOUS_TIMEOUT} s' in line    # the configured wait, then it gave up
+    assert f'within {RENDEZVOUS_TIMEOUT} s' in line  # the configured wait, then it gave up
     for _, out in outs:
-        assert len(_error_lines(out)) == 1             # rank 1 says why as well
+        assert len(_error_lines(out)) == 1  # rank 1 says why as well
         _not_trained(out)
     _no_debris(str(tmp_path))
 
@@ -142,11 +145,12 @@ def test_missing_data_on_one_node_only(demo_data, tmp_path):
     work = str(tmp_path / 'w')
     procs = []
     for node, root in ((0, demo_data), (1, str(tmp_path / 'no_data'))):
-        procs.append(popen([PYTHON, '-m', 'torch.distributed.run', '--nnodes=2',
-                            f'--node_rank={node}', '--nproc_per_node=2',
-                            '--master_addr=127.0.0.1', f'--master_port={port}',
-                            'tools/dist_train.py', DEMO_CONFIG, '--work-dir', work,
-                            *demo_options(root, 1)]))
+        procs.append(
+            popen([
+                PYTHON, '-m', 'torch.distributed.run', '--nnodes=2', f'--node_rank={node}',
+                '--nproc_per_node=2', '--master_addr=127.0.0.1', f'--master_port={port}',
+                'tools/dist_train.py', DEMO_CONFIG, '--work-dir', work, *demo_options(root, 1)
+            ]))
     outs = finish(procs, timeout=HANG_GUARD)
     # both nodes stop (node 0's ranks are not left waiting for ranks that never come)
     assert all(rc != 0 for rc, _ in outs)

@@ -30,24 +30,25 @@ def test_failed_save_keeps_the_previous_checkpoint(demo_data, tmp_path):
     before = open(osp.join(work, 'epoch_2.pth'), 'rb').read()
     # Redo epoch 2 from epoch 1 (as after an elastic restart); its save dies mid-write.
     failing = demo_with_hooks(tmp_path, "dict(type='FailSaveHook')", ['fail_save_hook'])
-    proc = run([*train, failing, '--work-dir', work, '--resume', osp.join(work, 'epoch_1.pth'),
-                *demo_options(demo_data, 2)])
+    proc = run([
+        *train, failing, '--work-dir', work, '--resume',
+        osp.join(work, 'epoch_1.pth'), *demo_options(demo_data, 2)
+    ])
     assert proc.returncode != 0
     assert 'injected failure in the middle of a checkpoint save' in proc.stdout
     assert open(osp.join(work, 'epoch_2.pth'), 'rb').read() == before  # untouched
-    assert not glob.glob(osp.join(work, '.*.part'))                   # no debris
+    assert not glob.glob(osp.join(work, '.*.part'))  # no debris
     assert open(osp.join(work, 'last_checkpoint')).read().strip().endswith('epoch_2.pth')
     assert _complete(_last(work)) == 2
     # ... so `--resume` finds a complete checkpoint and the run goes on
-    out = check_ok(run([*train, DEMO_CONFIG, '--work-dir', work, '--resume',
-                        *demo_options(demo_data, 3)]))
+    out = check_ok(
+        run([*train, DEMO_CONFIG, '--work-dir', work, '--resume', *demo_options(demo_data, 3)]))
     assert 'resumed epoch: 2' in out
     ckpt = torch.load(osp.join(work, 'epoch_3.pth'), map_location='cpu', weights_only=False)
     assert ckpt['meta']['epoch'] == 3
 
 
-def test_failed_save_after_a_successful_one_leaves_last_checkpoint_complete(
-        demo_data, tmp_path):
+def test_failed_save_after_a_successful_one_leaves_last_checkpoint_complete(demo_data, tmp_path):
     """In one run a save succeeds (``last_checkpoint`` rewritten to it), then the next one
     dies mid-write over a file of an earlier run: ``last_checkpoint`` still names the complete
     file of the successful save, the earlier file is untouched, and resuming goes on from
@@ -60,17 +61,19 @@ def test_failed_save_after_a_successful_one_leaves_last_checkpoint_complete(
     # Redo epochs 2 and 3 from epoch 1: epoch 2's save succeeds, epoch 3's dies mid-write.
     failing = demo_with_hooks(tmp_path, "dict(type='FailNthSaveHook', nth=2)",
                               ['fail_nth_save_hook'], 'demo_fail_2nd.py')
-    proc = run([*train, failing, '--work-dir', work, '--resume', osp.join(work, 'epoch_1.pth'),
-                *demo_options(demo_data, 3)])
+    proc = run([
+        *train, failing, '--work-dir', work, '--resume',
+        osp.join(work, 'epoch_1.pth'), *demo_options(demo_data, 3)
+    ])
     assert proc.returncode != 0
     assert 'injected failure in the middle of a checkpoint save' in proc.stdout
-    assert 'Saving checkpoint at 2 epochs' in proc.stdout        # the first save of the run
-    assert _last(work).endswith('epoch_2.pth')                  # rewritten by it, not after
+    assert 'Saving checkpoint at 2 epochs' in proc.stdout  # the first save of the run
+    assert _last(work).endswith('epoch_2.pth')  # rewritten by it, not after
     assert _complete(_last(work)) == 2
     assert open(osp.join(work, 'epoch_3.pth'), 'rb').read() == before  # untouched
     assert not glob.glob(osp.join(work, '.*.part'))
-    out = check_ok(run([*train, DEMO_CONFIG, '--work-dir', work, '--resume',
-                        *demo_options(demo_data, 3)]))
+    out = check_ok(
+        run([*train, DEMO_CONFIG, '--work-dir', work, '--resume', *demo_options(demo_data, 3)]))
     assert 'resumed epoch: 2' in out
     assert _complete(osp.join(work, 'epoch_3.pth')) == 3
     assert _last(work).endswith('epoch_3.pth')

@@ -31,11 +31,11 @@ def test_kill_a_worker_and_the_job_resumes_and_finishes(demo_data, tmp_path):
     work = str(tmp_path / 'w')
     epochs = 4
     env = dict(os.environ, MAX_RESTARTS='1', OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
-    proc = subprocess.Popen(
-        ['bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--resume', '--work-dir', work,
-         *demo_options(demo_data, epochs, **{'train_cfg.val_interval': '100'})],
-        cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True)
+    proc = subprocess.Popen([
+        'bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--resume', '--work-dir', work,
+        *demo_options(demo_data, epochs, **{'train_cfg.val_interval': '100'})
+    ], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
     try:
         deadline = time.monotonic() + 300
         while not osp.exists(osp.join(work, 'last_checkpoint')):
@@ -52,8 +52,8 @@ def test_kill_a_worker_and_the_job_resumes_and_finishes(demo_data, tmp_path):
     assert proc.returncode == 0, out[-4000:]
     resumed = [int(e) for e in re.findall(r'resumed epoch: (\d+)', out)]
     assert resumed and resumed[-1] >= done  # at most one checkpoint interval redone
-    final = torch.load(osp.join(work, f'epoch_{epochs}.pth'), map_location='cpu',
-                       weights_only=False)
+    final = torch.load(
+        osp.join(work, f'epoch_{epochs}.pth'), map_location='cpu', weights_only=False)
     plan = final['meta']['scaling_plan']
     iters_per_epoch = -(-64 // plan['samples_per_iter'])  # 64 training images
     assert final['meta']['epoch'] == epochs

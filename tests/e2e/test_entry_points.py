@@ -22,24 +22,30 @@ def _check_planned(out: str, world: int) -> None:
     gpus = 'GPUs' if world > 1 else 'GPU'
     assert (f'plan            per-GPU batch {per_device} × {world} {gpus} × accumulation 1 = '
             f'global 32') in out
-    assert re.search(r'\(VERY_HIGH\s*\) ScalingHook', out)       # MMEngine's hook table
+    assert re.search(r'\(VERY_HIGH\s*\) ScalingHook', out)  # MMEngine's hook table
     assert re.search(r'\(NORMAL\s*\) RankMemoryHook', out)
-    iters = 64 // 32                                             # 64 images, global batch 32
+    iters = 64 // 32  # 64 images, global batch 32
     assert f'Epoch(train) [1][{iters}/{iters}]' in out
 
 
 @pytest.mark.slow
 def test_mmpose_train_py_builds_the_configs_runner(demo_data, tmp_path):
-    out = check_ok(run([PYTHON, osp.join(_mmpose_tools(), 'train.py'), DEMO_CONFIG,
-                        '--work-dir', str(tmp_path / 'w'), *demo_options(demo_data, 1)],
-                       cwd=str(tmp_path)))
+    out = check_ok(
+        run([
+            PYTHON,
+            osp.join(_mmpose_tools(), 'train.py'), DEMO_CONFIG, '--work-dir',
+            str(tmp_path / 'w'), *demo_options(demo_data, 1)
+        ], cwd=str(tmp_path)))
     _check_planned(out, 1)
 
 
 @pytest.mark.slow
 def test_mmpose_dist_train_sh_on_cpu(demo_data, tmp_path):
-    out = check_ok(run(['bash', osp.join(_mmpose_tools(), 'dist_train.sh'), DEMO_CONFIG, '2',
-                        '--work-dir', str(tmp_path / 'w'), *demo_options(demo_data, 1)],
-                       cwd=str(tmp_path), env=dict(PORT=str(find_free_port()))))
+    out = check_ok(
+        run([
+            'bash',
+            osp.join(_mmpose_tools(), 'dist_train.sh'), DEMO_CONFIG, '2', '--work-dir',
+            str(tmp_path / 'w'), *demo_options(demo_data, 1)
+        ], cwd=str(tmp_path), env=dict(PORT=str(find_free_port()))))
     _check_planned(out, 2)
-    assert out.count('[mmddp_ext] process group: gloo') == 2        # one per rank, on a CPU
+    assert out.count('[mmddp_ext] process group: gloo') == 2  # one per rank, on a CPU

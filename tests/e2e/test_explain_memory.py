@@ -29,8 +29,10 @@ def _one_error_line(proc) -> str:
     ('-4GiB', "--device-memory='-4GiB' must be a positive size"),
 ])
 def test_bad_device_memory_is_one_line_and_exit_1(size, says):
-    proc = run([PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--explain', '--memory',
-                f'--device-memory={size}'], timeout=300)
+    proc = run([
+        PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--explain', '--memory',
+        f'--device-memory={size}'
+    ], timeout=300)
     line = _one_error_line(proc)
     assert says in line and 'e.g. --device-memory 24GiB' in line
 
@@ -39,8 +41,10 @@ def test_bad_device_memory_is_one_line_and_exit_1(size, says):
 def forecast(demo_data, tmp_path_factory) -> dict:
     """The JSON of a real one-process forecast of the demo (planned per-device batch 32)."""
     work = str(tmp_path_factory.mktemp('forecast'))
-    proc = run([PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--explain', '--memory', '--json',
-                '--world-size', '1', '--work-dir', work, *demo_options(demo_data)], timeout=600)
+    proc = run([
+        PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--explain', '--memory', '--json',
+        '--world-size', '1', '--work-dir', work, *demo_options(demo_data)
+    ], timeout=600)
     out = check_ok(proc)
     return json.loads(out.strip().splitlines()[-1])
 
@@ -58,7 +62,7 @@ def test_forecast_json_holds_the_contract(forecast):
     # high end of the range when the measured points are not close to a line)
     context = memory['ddp_extra_mib']['process_context']['value']
     fit = memory['fixed_mib'] + memory['per_sample_mib'] * 32 + context
-    (peak,) = memory['predicted_peak_mib']
+    (peak, ) = memory['predicted_peak_mib']
     if memory['fit']['linear']:
         assert peak == pytest.approx(fit, abs=1.0) and memory['predicted_range_mib'] is None
     else:
@@ -75,12 +79,14 @@ def test_forecast_matches_a_real_one_process_run(forecast, demo_data, tmp_path):
     was noisy."""
     work = str(tmp_path / 'train')
     config = demo_with_hooks(tmp_path, "dict(type='RankMemoryHook', interval=1)")
-    check_ok(run([PYTHON, 'tools/dist_train.py', config, '--work-dir', work,
-                  *demo_options(demo_data, max_epochs=1, **{'train_cfg.val_begin': '2'})],
-                 timeout=600))
+    check_ok(
+        run([
+            PYTHON, 'tools/dist_train.py', config, '--work-dir', work,
+            *demo_options(demo_data, max_epochs=1, **{'train_cfg.val_begin': '2'})
+        ], timeout=600))
     logs = glob.glob(osp.join(work, '*', 'memory', 'rank0.jsonl'))
     assert logs, f'no memory log under {work}'
-    measured = max(json.loads(line)['peak_rss'] for line in open(logs[0])) / 2 ** 20
+    measured = max(json.loads(line)['peak_rss'] for line in open(logs[0])) / 2**20
     memory = forecast['memory']
     predicted = memory['predicted_peak_mib'][0]
     tolerance = max(TARGET * measured, 3 * memory['fit']['residual_mib'])
@@ -94,8 +100,10 @@ def test_a_device_below_the_fixed_memory_is_one_line_and_exit_1(forecast, demo_d
     memory = forecast['memory']
     fixed = memory['fixed_mib'] + memory['ddp_extra_mib']['process_context']['value']
     size = f'{max(1, int(fixed / 2))}MiB'
-    proc = run([PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--explain', '--memory',
-                '--device-memory', size, *demo_options(demo_data)], timeout=600)
+    proc = run([
+        PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--explain', '--memory', '--device-memory',
+        size, *demo_options(demo_data)
+    ], timeout=600)
     line = _one_error_line(proc)
     assert f'(--device-memory {size}) is below the fixed memory of one process' in line
 

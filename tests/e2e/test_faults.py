@@ -17,8 +17,8 @@ def _train(tmp_path, demo_data, hooks: str, *extra_options: str, name: str):
     cfg = demo_with_hooks(tmp_path, hooks, ['fault_hook'], name)
     work = str(tmp_path / 'w')
     opts = demo_options(demo_data, 3, **{'train_dataloader.batch_size': '8'})
-    proc = run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work, *opts,
-                *extra_options], timeout=600)
+    proc = run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work, *opts, *extra_options],
+               timeout=600)
     screen = '\n'.join(proc.stdout.rstrip().splitlines()[-SCREEN:])
     return proc, screen, work
 
@@ -26,8 +26,7 @@ def _train(tmp_path, demo_data, hooks: str, *extra_options: str, name: str):
 @pytest.mark.slow
 def test_a_stuck_rank_is_named_not_the_rank_that_waits(demo_data, tmp_path):
     proc, screen, _ = _train(
-        tmp_path, demo_data,
-        "dict(type='HangWatchdogHook', min_timeout=8, slow_timeout=120), "
+        tmp_path, demo_data, "dict(type='HangWatchdogHook', min_timeout=8, slow_timeout=120), "
         "dict(type='FaultHook', rank=1, at_iter=3, fault='stuck')", name='stuck.py')
     assert proc.returncode != 0
     assert 'hang: no progress for' in screen, proc.stdout[-5000:]
@@ -42,10 +41,9 @@ def test_a_short_collective_timeout_still_names_the_stuck_rank(demo_data, tmp_pa
     """The field's case: rank 0's collective times out first and raises; rank 1, stopped by
     torchrun, is the one named, from the stack it dumped."""
     proc, screen, _ = _train(
-        tmp_path, demo_data,
-        "dict(type='HangWatchdogHook', min_timeout=600), "
-        "dict(type='FaultHook', rank=1, at_iter=3, fault='stuck')",
-        'env_cfg.dist_cfg.timeout=10', name='stuck_timeout.py')
+        tmp_path, demo_data, "dict(type='HangWatchdogHook', min_timeout=600), "
+        "dict(type='FaultHook', rank=1, at_iter=3, fault='stuck')", 'env_cfg.dist_cfg.timeout=10',
+        name='stuck_timeout.py')
     assert proc.returncode != 0
     assert 'hang: collective timeout on rank(s) [0]' in screen, proc.stdout[-5000:]
     assert 'rank 1 did not arrive; it was in' in screen and 'fault_hook.py' in screen
@@ -62,17 +60,17 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_a_rank_killed_by_sigkill_is_named_and_leaves_no_worker(demo_data, tmp_path):
-    proc, screen, work = _train(
-        tmp_path, demo_data, "dict(type='FaultHook', rank=1, at_iter=3, fault='sigkill')",
-        'train_dataloader.num_workers=2', 'train_dataloader.persistent_workers=True',
-        name='sigkill.py')
+    proc, screen, work = _train(tmp_path, demo_data,
+                                "dict(type='FaultHook', rank=1, at_iter=3, fault='sigkill')",
+                                'train_dataloader.num_workers=2',
+                                'train_dataloader.persistent_workers=True', name='sigkill.py')
     assert proc.returncode != 0
     fault = json.load(open(osp.join(work, 'fault_rank1.json')))
     assert 'rank 1 (host' in screen, proc.stdout[-5000:]
     assert f'pid {fault["pid"]}) was killed by SIGKILL after completing iteration 2' in screen
     assert 'last memory sample: host RSS' in screen and 'fix:' in screen
     assert len(fault['workers']) >= 2  # its DataLoader workers...
-    deadline = time.monotonic() + 30   # ...die with it (a bound; they die at once)
+    deadline = time.monotonic() + 30  # ...die with it (a bound; they die at once)
     while any(_alive(p) for p in fault['workers']) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [p for p in fault['workers'] if _alive(p)]

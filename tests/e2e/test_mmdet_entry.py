@@ -32,35 +32,41 @@ def _mmdet_tools() -> str:
 
 
 def _check_trained(out: str, world: int) -> None:
-    global_batch = 4                                  # 1xb4: the name's and the LR's batch
+    global_batch = 4  # 1xb4: the name's and the LR's batch
     per_device = global_batch // world
     gpus = 'GPUs' if world > 1 else 'GPU'
     assert (f'plan            per-GPU batch {per_device} × {world} {gpus} × accumulation 1 = '
             f'global {global_batch}') in out, out[-6000:]
-    assert re.search(r'\(VERY_HIGH\s*\) ScalingHook', out)        # MMEngine's hook table
+    assert re.search(r'\(VERY_HIGH\s*\) ScalingHook', out)  # MMEngine's hook table
     assert re.search(r'\(NORMAL\s*\) RankMemoryHook', out)
     iters = math.ceil(NUM_TRAIN / global_batch)
     lines = re.findall(r'Epoch\(train\)\s*\[1\]\[\s*(\d+)/(\d+)\].*?\bloss: (\S+)', out)
     assert lines and {int(total) for _, total, _ in lines} == {iters}, lines
     assert max(int(i) for i, _, _ in lines) == iters
     assert all(math.isfinite(float(loss)) for _, _, loss in lines), lines
-    assert 'coco/bbox_mAP' in out                     # validation ran with CocoMetric
+    assert 'coco/bbox_mAP' in out  # validation ran with CocoMetric
 
 
 @pytest.mark.slow
 def test_mmdet_train_py_builds_the_configs_runner(det_data, tmp_path):
     work = tmp_path / 'w'
-    out = check_ok(run([PYTHON, osp.join(_mmdet_tools(), 'train.py'), DET_CONFIG,
-                        '--work-dir', str(work), *demo_options(det_data, 1)],
-                       cwd=str(tmp_path)))
+    out = check_ok(
+        run([
+            PYTHON,
+            osp.join(_mmdet_tools(), 'train.py'), DET_CONFIG, '--work-dir',
+            str(work), *demo_options(det_data, 1)
+        ], cwd=str(tmp_path)))
     _check_trained(out, 1)
     assert osp.isfile(work / 'epoch_1.pth')
 
 
 @pytest.mark.slow
 def test_mmdet_dist_train_sh_on_cpu(det_data, tmp_path):
-    out = check_ok(run(['bash', osp.join(_mmdet_tools(), 'dist_train.sh'), DET_CONFIG, '2',
-                        '--work-dir', str(tmp_path / 'w'), *demo_options(det_data, 1)],
-                       cwd=str(tmp_path), env=dict(PORT=str(find_free_port()))))
+    out = check_ok(
+        run([
+            'bash',
+            osp.join(_mmdet_tools(), 'dist_train.sh'), DET_CONFIG, '2', '--work-dir',
+            str(tmp_path / 'w'), *demo_options(det_data, 1)
+        ], cwd=str(tmp_path), env=dict(PORT=str(find_free_port()))))
     _check_trained(out, 2)
-    assert out.count('[mmddp_ext] process group: gloo') == 2         # one per rank, on a CPU
+    assert out.count('[mmddp_ext] process group: gloo') == 2  # one per rank, on a CPU

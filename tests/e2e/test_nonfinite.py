@@ -21,8 +21,10 @@ def test_nan_loss_on_rank1_stops_the_run_and_is_diagnosed(demo_data, tmp_path):
     cfg = demo_with_hooks(tmp_path, "dict(type='NanLossHook', rank=1, iteration=3)",
                           ['nan_loss_hook'], 'demo_nan.py')
     work = str(tmp_path / 'w')
-    proc = run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work,
-                *demo_options(demo_data, 3, **{'train_cfg.val_interval': '1'})])
+    proc = run([
+        'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work,
+        *demo_options(demo_data, 3, **{'train_cfg.val_interval': '1'})
+    ])
     out = proc.stdout
     assert proc.returncode != 0, out[-4000:]
     assert 'loss: nan' not in out  # stopped at the first NaN, before it was logged
@@ -37,8 +39,8 @@ def test_nan_loss_on_rank1_stops_the_run_and_is_diagnosed(demo_data, tmp_path):
     for name in saved:
         ckpt = torch.load(osp.join(work, name), weights_only=True)
         assert ckpt['meta']['iter'] <= 2, (name, ckpt['meta'])
-        assert all(torch.isfinite(t).all() for t in ckpt['state_dict'].values()
-                   if t.is_floating_point())
+        assert all(
+            torch.isfinite(t).all() for t in ckpt['state_dict'].values() if t.is_floating_point())
     with open(osp.join(work, 'last_checkpoint')) as f:
         assert osp.basename(f.read().strip()) == 'epoch_1.pth'
     assert not [f for f in os.listdir(work) if f.endswith('.part')]

@@ -16,8 +16,8 @@ DEMO_128 = osp.join(ROOT, 'configs', 'demo', 'td-hm_res18_1xb32-30e_demo-128x128
 
 
 def _config(tmp_path, record_dir, modules=(), hooks=''):
-    imports = ['mmddp_ext', 'tests.helpers.rank_record_hook'] + [
-        f'tests.helpers.{m}' for m in modules]
+    imports = ['mmddp_ext', 'tests.helpers.rank_record_hook'
+               ] + [f'tests.helpers.{m}' for m in modules]
     hook_list = f"[dict(type='RankRecordHook', out_dir={record_dir!r}), {hooks}]"
     path = osp.join(str(tmp_path), 'demo128.py')
     with open(path, 'w') as f:
@@ -29,9 +29,12 @@ def _config(tmp_path, record_dir, modules=(), hooks=''):
 
 def _options(demo_data, epochs, **extra):
     # no validation (its batch is not probed) and no final checkpoint: training only
-    return demo_options(demo_data, epochs, **{'train_cfg.val_begin': str(epochs + 1),
-                                              'default_hooks.checkpoint.save_last': 'False',
-                                              **extra})
+    return demo_options(
+        demo_data, epochs, **{
+            'train_cfg.val_begin': str(epochs + 1),
+            'default_hooks.checkpoint.save_last': 'False',
+            **extra
+        })
 
 
 @pytest.mark.slow
@@ -39,14 +42,16 @@ def test_microbatch_step_equals_ddp_step(tmp_path):
     """MicrobatchDDP (whole and split in 3) against MMEngine's DDP, accumulation 2, different
     data per rank, a model without batch statistics: the same weights."""
     out = str(tmp_path / 'eq')
-    proc = run([PYTHON, '-m', 'torch.distributed.run', '--nproc_per_node', '2',
-                '--standalone', 'tests/helpers/microbatch_equivalence.py', out])
+    proc = run([
+        PYTHON, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--standalone',
+        'tests/helpers/microbatch_equivalence.py', out
+    ])
     check_ok(proc)
     ranks = [json.load(open(osp.join(out, f'rank{r}.json'))) for r in (0, 1)]
     for rec in ranks:
-        assert rec['moved'] > 1e-3                  # training changed the weights at all
+        assert rec['moved'] > 1e-3  # training changed the weights at all
         assert rec['whole'] < 1e-6 and rec['split'] < 1e-6
-        assert rec['loss'] < 1e-5                   # logged loss is the batch mean
+        assert rec['loss'] < 1e-5  # logged loss is the batch mean
     assert ranks[0]['checksum'] == ranks[1]['checksum']
 
 
@@ -57,12 +62,15 @@ def _measured_limit_mib(tmp_path, cfg, opts):
     this machine (``tests/helpers/measure_trial_peaks.py``), counted from the process size
     where ``tests.helpers.limit_rank`` applies it."""
     out = str(tmp_path / 'peaks.json')
-    check_ok(run([PYTHON, 'tests/helpers/measure_trial_peaks.py', out, '2', '32', cfg,
-                  '--work-dir', str(tmp_path / 'measure'), *opts]))
+    check_ok(
+        run([
+            PYTHON, 'tests/helpers/measure_trial_peaks.py', out, '2', '32', cfg, '--work-dir',
+            str(tmp_path / 'measure'), *opts
+        ]))
     peaks = json.load(open(out))
     assert peaks['large'] > peaks['small'], peaks  # activations grow with the batch
     between = peaks['small'] + 0.75 * (peaks['large'] - peaks['small'])
-    return int((between - peaks['at_import']) / 2 ** 20)
+    return int((between - peaks['at_import']) / 2**20)
 
 
 @pytest.mark.slow
@@ -73,28 +81,33 @@ def test_batch_probe_agrees_on_the_tightest_rank_and_is_reused(demo_data, tmp_pa
     records = str(tmp_path / 'records')
     cfg = _config(tmp_path, records, ['limit_rank'])
     work = str(tmp_path / 'w')
-    opts = _options(demo_data, 1, **{'scaling.global_batch_size': '64',
-                                     'scaling.max_batch_per_device': 'auto',
-                                     'scaling.memory_budget_mib': '100000'})
+    opts = _options(
+        demo_data, 1, **{
+            'scaling.global_batch_size': '64',
+            'scaling.max_batch_per_device': 'auto',
+            'scaling.memory_budget_mib': '100000'
+        })
     limit = _measured_limit_mib(tmp_path, cfg, opts)
     env = {'MMDDP_TEST_LIMIT': f'1:{limit}'}  # rank 1 has less memory than the others
-    out = check_ok(run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work, *opts],
-                       env=env))
+    out = check_ok(
+        run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work, *opts], env=env))
     assert 'measuring host memory (CPU run, no GPU measured)' in out
     assert 'trial 1: per-device batch 32: out of memory on rank(s) [1] ' in out
-    trials = re.findall(r'batch probe: trial \d+: per-device batch (\d+): (fits|out of memory '
-                        r'on rank\(s\) \[([\d, ]*)\])', out)
+    trials = re.findall(
+        r'batch probe: trial \d+: per-device batch (\d+): (fits|out of memory '
+        r'on rank\(s\) \[([\d, ]*)\])', out)
     assert 2 <= len(trials) <= math.ceil(math.log2(32)) + 2
     assert all(ranks == '1' for _, verdict, ranks in trials if verdict != 'fits')
     found = int(re.search(r'batch probe: per-device batch (\d+) fits on every rank', out)[1])
     assert 1 <= found < 32
     assert max(int(b) for b, verdict, _ in trials if verdict == 'fits') == found
     assert min(int(b) for b, verdict, _ in trials if verdict != 'fits') == found + 1
-    per_device, accumulation = (int(x) for x in re.search(
-        r'per-GPU batch (\d+) × 2 GPUs × accumulation (\d+) = global 64', out).groups())
+    per_device, accumulation = (
+        int(x) for x in re.search(r'per-GPU batch (\d+) × 2 GPUs × accumulation (\d+) = global 64',
+                                  out).groups())
     assert per_device <= found and per_device * accumulation == 32
     last = re.findall(r'Epoch\(train\) \[1\]\[(\d+)/(\d+)\]', out)[-1]
-    assert last[0] == last[1]                        # trained to the end of the epoch
+    assert last[0] == last[1]  # trained to the end of the epoch
     recs = read_records(records)
     assert recs[0]['batch_sizes'] == recs[1]['batch_sizes'] and recs[0]['batch_sizes']
     assert set(recs[0]['batch_sizes']) == {per_device}
@@ -107,8 +120,8 @@ def test_batch_probe_agrees_on_the_tightest_rank_and_is_reused(demo_data, tmp_pa
     else:
         assert now == found
 
-    again = check_ok(run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work, *opts],
-                         env=env))
+    again = check_ok(
+        run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work, *opts], env=env))
     assert f'per-device batch {now} fits on every rank (measured before, read from' in again
     assert 'trial 1' not in again
 
@@ -119,11 +132,13 @@ def test_a_found_batch_that_runs_out_of_memory_in_training_steps_down(demo_data,
     1 above 8 samples (injected): every rank splits, training goes on to the end, the stored
     result is corrected, and the next run plans 8 per device without any failure."""
     records = str(tmp_path / 'records')
-    cfg = _config(tmp_path, records, ['inject_oom'],
-                  "dict(type='InjectOOMHook', rank=1, above=8)")
+    cfg = _config(tmp_path, records, ['inject_oom'], "dict(type='InjectOOMHook', rank=1, above=8)")
     work = str(tmp_path / 'w')
-    opts = _options(demo_data, 1, **{'scaling.max_batch_per_device': 'auto',
-                                     'scaling.memory_budget_mib': '100000'})
+    opts = _options(
+        demo_data, 1, **{
+            'scaling.max_batch_per_device': 'auto',
+            'scaling.memory_budget_mib': '100000'
+        })
     out = check_ok(run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work, *opts]))
     assert 'trial 1: per-device batch 16: fits on every rank' in out
     assert 'per-GPU batch 16 × 2 GPUs × accumulation 1 = global 32' in out
@@ -141,7 +156,7 @@ def test_a_found_batch_that_runs_out_of_memory_in_training_steps_down(demo_data,
     assert 'per-device batch 8 fits on every rank (measured before, read from' in again
     assert 'per-GPU batch 8 × 2 GPUs × accumulation 2 = global 32' in again
     assert 'during a step' not in again
-    assert 'Epoch(train) [1][4/4]' in again            # 8 per device: 4 iterations
+    assert 'Epoch(train) [1][4/4]' in again  # 8 per device: 4 iterations
 
 
 @pytest.mark.slow
@@ -149,11 +164,13 @@ def test_one_process_guards_the_found_batch_too(demo_data, tmp_path):
     """Without a launcher there is no DDP wrapper, yet the found batch is guarded the same
     way: MicrobatchDDP wraps the model in the single process."""
     records = str(tmp_path / 'records')
-    cfg = _config(tmp_path, records, ['inject_oom'],
-                  "dict(type='InjectOOMHook', rank=0, above=16)")
+    cfg = _config(tmp_path, records, ['inject_oom'], "dict(type='InjectOOMHook', rank=0, above=16)")
     work = str(tmp_path / 'w')
-    opts = _options(demo_data, 1, **{'scaling.max_batch_per_device': 'auto',
-                                     'scaling.memory_budget_mib': '100000'})
+    opts = _options(
+        demo_data, 1, **{
+            'scaling.max_batch_per_device': 'auto',
+            'scaling.memory_budget_mib': '100000'
+        })
     out = check_ok(run([PYTHON, 'tools/dist_train.py', cfg, '--work-dir', work, *opts]))
     assert 'trial 1: per-device batch 32: fits on every rank' in out
     assert ('training goes on with per-device batch 32 run as 2 micro-batches of at most 16 '
@@ -168,16 +185,17 @@ def test_out_of_memory_step_is_redone_as_micro_batches(demo_data, tmp_path):
     machine): a step at per-device batch 16 is redone by every rank as 2 micro-batches of 8,
     and stays split."""
     records = str(tmp_path / 'records')
-    cfg = _config(tmp_path, records, ['inject_oom'],
-                  "dict(type='InjectOOMHook', rank=1, above=8)")
-    out = check_ok(run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
-                        str(tmp_path / 'w'),
-                        *_options(demo_data, 2, **{'scaling.on_oom': 'microbatch'})]))
+    cfg = _config(tmp_path, records, ['inject_oom'], "dict(type='InjectOOMHook', rank=1, above=8)")
+    out = check_ok(
+        run([
+            'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
+            str(tmp_path / 'w'), *_options(demo_data, 2, **{'scaling.on_oom': 'microbatch'})
+        ]))
     assert 'per-GPU batch 16 × 2 GPUs × accumulation 1 = global 32' in out
     redo = ('out of memory on rank(s) [1] during a step; every rank redoes it as 2 '
             'micro-batches per batch (per-device batch 16) with accumulation: global batch '
             'and LR unchanged')
-    assert out.count(redo) == 1                       # and it stays split afterwards
+    assert out.count(redo) == 1  # and it stays split afterwards
     assert 'as 4 micro-batches' not in out
     assert 'Epoch(train) [2][2/2]' in out
     recs = read_records(records)
@@ -187,8 +205,10 @@ def test_out_of_memory_step_is_redone_as_micro_batches(demo_data, tmp_path):
 
 
 def test_auto_on_cpu_without_budget_fails_before_training(demo_data, tmp_path):
-    proc = run([PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir', str(tmp_path / 'w'),
-                *demo_options(demo_data, 1, **{'scaling.max_batch_per_device': 'auto'})])
+    proc = run([
+        PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir',
+        str(tmp_path / 'w'), *demo_options(demo_data, 1, **{'scaling.max_batch_per_device': 'auto'})
+    ])
     assert proc.returncode != 0
     assert "scaling.max_batch_per_device='auto' on a CPU needs a memory budget" in proc.stdout
     assert 'scaling.memory_budget_mib=4096' in proc.stdout

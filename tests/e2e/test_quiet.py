@@ -16,16 +16,18 @@ from conftest import DEMO_CONFIG, check_ok, demo_options, run
 
 # What every 2-process demo run printed before (MMEngine 0.10.7, MMPose 1.3.2, torch 2.14.1).
 NOISE = ('`broadcast_buffers` is deprecated', '"FileClient" will be deprecated',
-         '"HardDiskBackend" is the alias', 'The metainfo config file',
-         'Setting MKL_NUM_THREADS', 'Did not find last_checkpoint',
-         'Auto resumed from the latest checkpoint None')
+         '"HardDiskBackend" is the alias', 'The metainfo config file', 'Setting MKL_NUM_THREADS',
+         'Did not find last_checkpoint', 'Auto resumed from the latest checkpoint None')
 
 
 @pytest.mark.slow
 def test_demo_run_is_quiet_and_says_what_resume_found(demo_data, tmp_path):
     work = str(tmp_path / 'w')
-    out = check_ok(run(['bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir', work,
-                        '--resume', *demo_options(demo_data, 1)]))
+    out = check_ok(
+        run([
+            'bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir', work, '--resume',
+            *demo_options(demo_data, 1)
+        ]))
     assert [n for n in NOISE if n in out] == []
     line = f'[mmddp_ext] --resume: no checkpoint in {work} yet: starting from scratch'
     assert out.count(line) == 1, out[-3000:]
@@ -59,8 +61,8 @@ def test_mmpose_metainfo_fallback_is_hidden_other_warnings_there_are_not(monkeyp
 
     def others():
         module = 'mmpose.datasets.datasets.utils'
-        warnings.warn_explicit('something else is wrong with the metainfo', UserWarning,
-                               'utils.py', 1, module=module)
+        warnings.warn_explicit('something else is wrong with the metainfo', UserWarning, 'utils.py',
+                               1, module=module)
         warnings.warn_explicit(  # the same text as a category we do not know to be harmless
             'The metainfo config file "configs/_base_/datasets/coco.py" does not exist. A '
             'matched config file "/x/mmpose/.mim/configs/_base_/datasets/coco.py" will be used '
@@ -69,6 +71,7 @@ def test_mmpose_metainfo_fallback_is_hidden_other_warnings_there_are_not(monkeyp
             'The metainfo config file "configs/_base_/datasets/mine.py" does not exist. A '
             'matched config file "/x/mmpose/.mim/configs/_base_/datasets/coco.py" will be used '
             'instead.', UserWarning, 'utils.py', 3, module=module)
+
     assert len(_warnings_from(others)) == 3
 
 
@@ -82,6 +85,7 @@ def test_quiet_off_with_the_environment_variable(monkeypatch):
 
 
 class _Records(logging.Handler):
+
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.messages = []

@@ -65,8 +65,9 @@ def pretrained_keys(node: Any, prefix: str = '') -> List[str]:
             path = f'{prefix}.{key}' if prefix else key
             init = value if key == 'init_cfg' else None
             inits = init if isinstance(init, list) else [init]
-            if any(isinstance(i, dict) and (i.get('type') == 'Pretrained' or 'checkpoint' in i)
-                   for i in inits):
+            if any(
+                    isinstance(i, dict) and (i.get('type') == 'Pretrained' or 'checkpoint' in i)
+                    for i in inits):
                 found.append(path)
             else:
                 found += pretrained_keys(value, path)
@@ -144,12 +145,15 @@ def train_lines(out: str) -> List[Tuple[int, int, int, float]]:
 def test_recipe_trains_one_iteration_on_cpu(family_path, demo_data, tmp_path):
     # no checkpoint: one iteration proves the recipe trains (HRNet/DEKR ones are 100+ MiB)
     config, base = demo_recipe_config(
-        tmp_path, family_path, demo_data,
-        extra='default_hooks = dict(logger=dict(interval=1), '
-              'checkpoint=dict(interval=-1, save_last=False))')
+        tmp_path, family_path, demo_data, extra='default_hooks = dict(logger=dict(interval=1), '
+        'checkpoint=dict(interval=-1, save_last=False))')
     assert not base.train_dataloader.get('drop_last', False), 'a 2-image set would be empty'
-    out = check_ok(run([PYTHON, osp.join(ROOT, 'tools', 'dist_train.py'), config,
-                        '--work-dir', str(tmp_path / 'work')], cwd=str(tmp_path)))
+    out = check_ok(
+        run([
+            PYTHON,
+            osp.join(ROOT, 'tools', 'dist_train.py'), config, '--work-dir',
+            str(tmp_path / 'work')
+        ], cwd=str(tmp_path)))
     rows = train_lines(out)
     assert [r[:3] for r in rows] == [(1, 1, 1)], out[-4000:]
     assert math.isfinite(rows[0][3]), rows
@@ -164,12 +168,17 @@ def test_rtmpose_t_recipe_trains_with_dist_train_sh_on_two_processes(demo_data, 
             "custom_imports = dict(imports=['mmddp_ext'], allow_failed_imports=False)",
             "runner_type = 'DDPRunner'",
             "custom_hooks = [dict(type='mmdet.PipelineSwitchHook', switch_epoch=1, "
-            "switch_pipeline={{_base_.train_pipeline_stage2}})]"]))
+            "switch_pipeline={{_base_.train_pipeline_stage2}})]"
+        ]))
     assert base.model.backbone.norm_cfg.type == 'SyncBN'
     assert [h.type for h in base.custom_hooks] == ['mmdet.PipelineSwitchHook']
     work = tmp_path / 'work'
-    out = check_ok(run(['bash', osp.join(ROOT, 'tools', 'dist_train.sh'), config, '2',
-                        '--work-dir', str(work)], cwd=str(tmp_path)))
+    out = check_ok(
+        run([
+            'bash',
+            osp.join(ROOT, 'tools', 'dist_train.sh'), config, '2', '--work-dir',
+            str(work)
+        ], cwd=str(tmp_path)))
     plan = re.search(r'plan\s+per-GPU batch (\d+) × 2 GPUs × accumulation (\d+) = global (\d+)',
                      out)
     assert plan, out[-6000:]
@@ -183,7 +192,7 @@ def test_rtmpose_t_recipe_trains_with_dist_train_sh_on_two_processes(demo_data, 
     assert [r[:3] for r in rows] == [(1, i, iters) for i in range(1, iters + 1)] + \
         [(2, i, iters) for i in range(1, iters + 1)], out[-6000:]
     assert all(math.isfinite(r[3]) for r in rows), rows
-    assert 'Switch pipeline now!' in out                        # stage 2 from epoch 2
+    assert 'Switch pipeline now!' in out  # stage 2 from epoch 2
     assert re.search(r'Epoch\(val\) \[2\]\[\d+/\d+\]\s+coco/AP: ', out)
     # Rank 0 logs; rank 1 shows in the per-rank memory records the hook writes after each
     # iteration (from each rank's own process) and in the table gathered from all ranks.

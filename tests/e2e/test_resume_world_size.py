@@ -13,8 +13,8 @@ SCALING = {'scaling.global_batch_size': '32', 'scaling.max_batch_per_device': '1
 
 
 def _ckpt(work_dir, epoch):
-    return torch.load(osp.join(work_dir, f'epoch_{epoch}.pth'), map_location='cpu',
-                      weights_only=False)
+    return torch.load(
+        osp.join(work_dir, f'epoch_{epoch}.pth'), map_location='cpu', weights_only=False)
 
 
 @pytest.fixture(scope='module')
@@ -23,17 +23,23 @@ def two_process_runs(demo_data, tmp_path_factory):
     dirs = []
     for epochs in (2, 3):
         work = str(tmp_path_factory.mktemp(f'two_proc_{epochs}e'))
-        check_ok(run(['bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir', work,
-                      *demo_options(demo_data, epochs, **SCALING)]))
+        check_ok(
+            run([
+                'bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir', work,
+                *demo_options(demo_data, epochs, **SCALING)
+            ]))
         dirs.append(work)
     return dirs
 
 
 def test_resume_on_one_process_continues_the_same_run(two_process_runs, demo_data, tmp_path):
     interrupted, uninterrupted = two_process_runs
-    out = check_ok(run([PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir', str(tmp_path),
-                        '--resume', osp.join(interrupted, 'epoch_2.pth'),
-                        *demo_options(demo_data, 3, **SCALING)]))
+    out = check_ok(
+        run([
+            PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir',
+            str(tmp_path), '--resume',
+            osp.join(interrupted, 'epoch_2.pth'), *demo_options(demo_data, 3, **SCALING)
+        ]))
     assert 'iteration 4 → 8' in out  # 64 images: 2 iterations/epoch on 2 procs, 4 on 1
     resumed, reference = _ckpt(str(tmp_path), 3), _ckpt(uninterrupted, 3)
     new, ref = resumed['meta']['scaling_plan'], reference['meta']['scaling_plan']
@@ -54,12 +60,14 @@ def test_resume_on_one_process_continues_the_same_run(two_process_runs, demo_dat
     assert lrs_new == pytest.approx(lrs_ref, rel=0.025) and lrs_ref[0] < 1e-3
 
 
-def test_resume_with_another_global_batch_fails_with_the_fix(two_process_runs, demo_data,
-                                                             tmp_path):
+def test_resume_with_another_global_batch_fails_with_the_fix(two_process_runs, demo_data, tmp_path):
     interrupted, _ = two_process_runs
-    proc = run([PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir', str(tmp_path),
-                '--resume', osp.join(interrupted, 'epoch_2.pth'),
-                *demo_options(demo_data, 3, **{'scaling.global_batch_size': '16'})])
+    proc = run([
+        PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir',
+        str(tmp_path), '--resume',
+        osp.join(interrupted, 'epoch_2.pth'),
+        *demo_options(demo_data, 3, **{'scaling.global_batch_size': '16'})
+    ])
     assert proc.returncode == 1
     assert '[mmddp_ext] error: the checkpoint was trained with 16 per device × 2' in proc.stdout
     assert '--cfg-options scaling.global_batch_size=32' in proc.stdout

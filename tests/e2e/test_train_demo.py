@@ -12,7 +12,6 @@ from conftest import DEMO_CONFIG, PYTHON, check_ok, demo_options, run
 
 pytestmark = pytest.mark.slow
 
-
 # MMEngine's LogProcessor: "Epoch(train)  [3][1/2]  lr: ...", the epoch right-aligned to
 # the width of max_epochs and the iteration to the width of the epoch's length
 TRAIN_LINE = re.compile(r'Epoch\(train\)\s*\[\s*(\d+)\]\[\s*(\d+)/(\d+)\]')
@@ -42,8 +41,11 @@ def _iters_per_epoch(demo_data):
 @pytest.fixture(scope='module')
 def trained(demo_data, tmp_path_factory):
     work_dir = str(tmp_path_factory.mktemp('train'))
-    out = check_ok(run([PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir', work_dir,
-                        *demo_options(demo_data, max_epochs=2)]))
+    out = check_ok(
+        run([
+            PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir', work_dir,
+            *demo_options(demo_data, max_epochs=2)
+        ]))
     return work_dir, out
 
 
@@ -63,8 +65,11 @@ def test_trains_with_finite_loss_and_writes_checkpoints(trained, demo_data):
 def test_resume_continues_from_the_checkpoint(trained, demo_data):
     work_dir, first = trained
     per_epoch = _iters_per_epoch(demo_data)
-    out = check_ok(run([PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir', work_dir,
-                        '--resume', *demo_options(demo_data, max_epochs=3)]))
+    out = check_ok(
+        run([
+            PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir', work_dir, '--resume',
+            *demo_options(demo_data, max_epochs=3)
+        ]))
     assert 'resumed epoch: 2' in out
     ckpt = torch.load(osp.join(work_dir, 'epoch_3.pth'), map_location='cpu', weights_only=False)
     assert ckpt['meta']['epoch'] == 3 and ckpt['meta']['iter'] == 3 * per_epoch
@@ -79,9 +84,12 @@ def test_resume_continues_from_the_checkpoint(trained, demo_data):
 
 def test_resume_from_explicit_checkpoint(trained, demo_data, tmp_path):
     work_dir, _ = trained
-    out = check_ok(run([PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir', str(tmp_path),
-                        '--resume', osp.join(work_dir, 'epoch_1.pth'),
-                        *demo_options(demo_data, max_epochs=2)]))
+    out = check_ok(
+        run([
+            PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir',
+            str(tmp_path), '--resume',
+            osp.join(work_dir, 'epoch_1.pth'), *demo_options(demo_data, max_epochs=2)
+        ]))
     assert 'resumed epoch: 1' in out
     assert osp.isfile(osp.join(tmp_path, 'epoch_2.pth'))
     assert not osp.exists(osp.join(tmp_path, 'epoch_1.pth'))

@@ -35,12 +35,16 @@ def main() -> None:
     dist.init_process_group('gloo')
     rank = dist.get_rank()
     upper, limits = int(sys.argv[2]), json.loads(sys.argv[3])
-    out = dict(rank=rank, world=dist.get_world_size(), agree={
-        'rank1_fails': ranks_out_of_memory(rank != 1),
-        'rank0_fails': ranks_out_of_memory(rank != 0),
-        'all_fit': ranks_out_of_memory(True),
-        'all_fail': ranks_out_of_memory(False),
-    }, search={case: _search(upper, per_rank[rank]) for case, per_rank in limits.items()})
+    out = dict(
+        rank=rank, world=dist.get_world_size(), agree={
+            'rank1_fails': ranks_out_of_memory(rank != 1),
+            'rank0_fails': ranks_out_of_memory(rank != 0),
+            'all_fit': ranks_out_of_memory(True),
+            'all_fail': ranks_out_of_memory(False),
+        }, search={
+            case: _search(upper, per_rank[rank])
+            for case, per_rank in limits.items()
+        })
     os.makedirs(sys.argv[1], exist_ok=True)
     with open(os.path.join(sys.argv[1], f'rank{rank}.json'), 'w') as f:
         json.dump(out, f)

@@ -29,5 +29,5 @@ class FailNthSaveHook(Hook):
         self.saves += 1
         if self.saves == self.nth:
             # large data first, so the partial file is big, then the exploding object
-            checkpoint['zz_padding'] = bytes(8 * 2 ** 20)
+            checkpoint['zz_padding'] = bytes(8 * 2**20)
             checkpoint['zz_boom'] = _Explodes()

@@ -23,5 +23,5 @@ class FailSaveHook(Hook):
         if not self.done:
             self.done = True
             # large data first, so the partial file is big, then the exploding object
-            checkpoint['zz_padding'] = bytes(8 * 2 ** 20)
+            checkpoint['zz_padding'] = bytes(8 * 2**20)
             checkpoint['zz_boom'] = _Explodes()

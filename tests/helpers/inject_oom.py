@@ -33,7 +33,7 @@ class InjectOOMHook(Hook):
         def guarded(data, mode):
             inputs = data.get('inputs') if isinstance(data, dict) else None
             if mode == 'loss' and inputs is not None and len(inputs) > above:
-                raise RuntimeError(MESSAGE.format(len(inputs) * 2 ** 22))
+                raise RuntimeError(MESSAGE.format(len(inputs) * 2**22))
             return run_forward(data, mode)
 
         model._run_forward = guarded

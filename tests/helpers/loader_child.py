@@ -17,12 +17,13 @@ def seed_worker(worker_id: int) -> None:
 
 
 class _Big:
+
     def __len__(self) -> int:
         return 1000
 
     def __getitem__(self, index: int):
         import torch
-        return torch.zeros(2 ** 18)
+        return torch.zeros(2**18)
 
 
 def main(mode: str) -> None:

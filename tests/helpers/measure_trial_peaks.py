@@ -35,7 +35,7 @@ def main() -> None:
     from mmengine.registry import init_default_scope
     init_default_scope(cfg.get('default_scope', 'mmengine'))
     # the reserve a tight rank holds during its trials (the minimum one on a CPU)
-    trials = _Trials(cfg, torch.device('cpu'), large, CPU_RESERVE_MIB * 2 ** 20)
+    trials = _Trials(cfg, torch.device('cpu'), large, CPU_RESERVE_MIB * 2**20)
     peaks = {}
     for batch in (small, large):
         assert trials.fits(batch), f'a trial at {batch} did not fit under a 64 GiB budget'

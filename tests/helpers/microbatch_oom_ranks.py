@@ -32,10 +32,12 @@ COLLECTIVE_TIMEOUT = 60  # seconds: only a hang guard; every collective here tak
 # the messages torch's allocators raise (CUDA caching allocator; CPU allocator, as a
 # RuntimeError)
 ERRORS = {
-    'cuda': lambda n: torch.OutOfMemoryError(
+    'cuda':
+    lambda n: torch.OutOfMemoryError(
         'CUDA out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity of '
         f'23.64 GiB of which 1.06 MiB is free. (injected at {n} samples)'),
-    'cpu': lambda n: RuntimeError(
+    'cpu':
+    lambda n: RuntimeError(
         "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you "
         f'tried to allocate 16777216 bytes. Error code 12 (Cannot allocate memory) '
         f'(injected at {n} samples)'),
@@ -48,23 +50,24 @@ class FitsUpTo(BaseModel):
     def __init__(self, limit, error: str) -> None:
         super().__init__()
         self.limit, self.error = limit, error
-        self.net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(),
-                                       torch.nn.Linear(8, 1))
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
         self.register_buffer('seen', torch.zeros((), dtype=torch.float64))
         self.sizes = []
 
     def forward(self, inputs, data_samples=None, mode='tensor'):
         self.sizes.append(len(inputs))
-        self.seen += len(inputs)               # a buffer a failed attempt must not change
+        self.seen += len(inputs)  # a buffer a failed attempt must not change
         if self.limit is not None and len(inputs) > self.limit:
             raise ERRORS[self.error](len(inputs))
         out = self.net(torch.stack(inputs)).squeeze(1)
         if mode == 'loss':
-            return dict(loss_mse=((out - torch.stack(data_samples)) ** 2).mean())
+            return dict(loss_mse=((out - torch.stack(data_samples))**2).mean())
         return out
 
 
 class Collect(logging.Handler):
+
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.messages = []
@@ -76,8 +79,8 @@ class Collect(logging.Handler):
 def _train(wrapper_cls, limit, error, batches, accumulation):
     torch.manual_seed(0)
     model = wrapper_cls(module=FitsUpTo(limit, error), device_ids=None)
-    optim = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                         accumulative_counts=accumulation)
+    optim = OptimWrapper(
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), accumulative_counts=accumulation)
     losses = [float(model.train_step(b, optim)['loss'].detach()) for b in batches]
     return model, losses
 
@@ -99,19 +102,20 @@ def _diff(a, b):
 
 def run_scenario(index, spec, rank, collect):
     gen = torch.Generator().manual_seed(1000 * rank + index)  # every rank its own data
-    batches = [dict(inputs=list(torch.randn(n, 4, generator=gen)),
-                    data_samples=list(torch.randn(n, generator=gen))) for n in spec['batches']]
+    batches = [
+        dict(
+            inputs=list(torch.randn(n, 4, generator=gen)),
+            data_samples=list(torch.randn(n, generator=gen))) for n in spec['batches']
+    ]
     initial = _params(_train(MMDistributedDataParallel, None, 'cuda', [], 1)[0])
-    ref, ref_losses = _train(MMDistributedDataParallel, None, 'cuda', batches,
-                             spec['accumulation'])
+    ref, ref_losses = _train(MMDistributedDataParallel, None, 'cuda', batches, spec['accumulation'])
     collect.messages.clear()
     model, losses = _train(MicrobatchDDP, spec['limits'][rank], spec['error'], batches,
                            spec['accumulation'])
     params = _params(model)
-    return dict(sizes=model.module.sizes, micro_batches=model.micro_batches,
-                redone=model.redone, logs=list(collect.messages),
-                digest=_digest(params), checksum=float(sum(p.sum() for p in params)),
-                seen=float(model.module.seen),
+    return dict(sizes=model.module.sizes, micro_batches=model.micro_batches, redone=model.redone,
+                logs=list(collect.messages), digest=_digest(params),
+                checksum=float(sum(p.sum() for p in params)), seen=float(model.module.seen),
                 moved=_diff(_params(ref), initial), diff=_diff(_params(ref), params),
                 loss_diff=max(abs(a - b) for a, b in zip(ref_losses, losses)))
 

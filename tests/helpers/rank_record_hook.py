@@ -67,11 +67,11 @@ class RankRecordHook(Hook):
         keys = ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'GROUP_RANK')
         params = _params(runner)
         before = self.before or (None, None)
-        record = dict(dist_rank=rank, dist_world=world, samples=self.samples,
-                      img_ids=self.img_ids, batch_sizes=self.batch_sizes,
-                      param_checksum=param_checksum(params), param_digest=param_digest(params),
-                      param_checksum_before=before[0], param_digest_before=before[1],
-                      env={k: os.environ.get(k) for k in keys}, pid=os.getpid(),
+        record = dict(dist_rank=rank, dist_world=world, samples=self.samples, img_ids=self.img_ids,
+                      batch_sizes=self.batch_sizes, param_checksum=param_checksum(params),
+                      param_digest=param_digest(params), param_checksum_before=before[0],
+                      param_digest_before=before[1], env={k: os.environ.get(k)
+                                                          for k in keys}, pid=os.getpid(),
                       threads=torch.get_num_threads())
         with open(osp.join(self.out_dir, f'rank{rank}.json'), 'w') as f:
             json.dump(record, f)

@@ -9,7 +9,7 @@ from mmengine.registry import HOOKS
 
 from mmddp_ext.memory.budget import apply_budget
 
-MIB = 2 ** 20
+MIB = 2**20
 
 
 @HOOKS.register_module()

@@ -15,6 +15,7 @@ import mmddp_ext  # noqa: F401  (registers HangWatchdogHook)
 
 @HOOKS.register_module()
 class ToyStuckHook(Hook):
+
     def before_train_iter(self, runner, batch_idx, data_batch=None):
         if runner.iter == 2:
             stuck_here()
@@ -30,8 +31,10 @@ def main(work_dir: str) -> None:
     cfg = case.iter_based_cfg
     cfg.work_dir = work_dir
     cfg.train_cfg.max_iters = 10
-    cfg.custom_hooks = [dict(type='HangWatchdogHook', timeout=1.5, slow_timeout=30),
-                        dict(type='ToyStuckHook')]
+    cfg.custom_hooks = [
+        dict(type='HangWatchdogHook', timeout=1.5, slow_timeout=30),
+        dict(type='ToyStuckHook')
+    ]
     case.build_runner(cfg).train()
 
 

@@ -26,20 +26,55 @@ NAN, INF = float('nan'), float('inf')
 NOT_BUILT = dict(save_optimizer=False, save_param_scheduler=False)  # before train()
 
 
-@pytest.mark.parametrize('log_vars, expected', [
-    ({'loss': torch.tensor(1.0), 'loss_kpt': torch.tensor(1.0)}, {}),
-    ({'loss': torch.tensor(NAN), 'loss_kpt': torch.tensor(NAN), 'acc_pose': 0.5},
-     {'loss_kpt': NAN}),
-    ({'loss': torch.tensor(INF), 'loss_a': torch.tensor(INF), 'loss_b': torch.tensor(-INF)},
-     {'loss_a': INF, 'loss_b': -INF}),
-    ({'loss': torch.tensor(INF), 'loss_a': torch.tensor(3e38), 'loss_b': torch.tensor(3e38)},
-     {'loss': INF}),                              # only the total overflowed
-    ({'loss': torch.tensor(1.0), 'acc_pose': torch.tensor(NAN)}, {}),  # not a loss term
-    ({'loss': torch.tensor([1.0, NAN, INF])}, {'loss': NAN}),
-    ({'loss': 2.0, 'loss_x': float('nan')}, {'loss_x': NAN}),
-    ({'loss_count': torch.tensor(3)}, {}),
-    (None, {}),
-])
+@pytest.mark.parametrize(
+    'log_vars, expected',
+    [
+        ({
+            'loss': torch.tensor(1.0),
+            'loss_kpt': torch.tensor(1.0)
+        }, {}),
+        ({
+            'loss': torch.tensor(NAN),
+            'loss_kpt': torch.tensor(NAN),
+            'acc_pose': 0.5
+        }, {
+            'loss_kpt': NAN
+        }),
+        ({
+            'loss': torch.tensor(INF),
+            'loss_a': torch.tensor(INF),
+            'loss_b': torch.tensor(-INF)
+        }, {
+            'loss_a': INF,
+            'loss_b': -INF
+        }),
+        ({
+            'loss': torch.tensor(INF),
+            'loss_a': torch.tensor(3e38),
+            'loss_b': torch.tensor(3e38)
+        }, {
+            'loss': INF
+        }),  # only the total overflowed
+        ({
+            'loss': torch.tensor(1.0),
+            'acc_pose': torch.tensor(NAN)
+        }, {}),  # not a loss term
+        ({
+            'loss': torch.tensor([1.0, NAN, INF])
+        }, {
+            'loss': NAN
+        }),
+        ({
+            'loss': 2.0,
+            'loss_x': float('nan')
+        }, {
+            'loss_x': NAN
+        }),
+        ({
+            'loss_count': torch.tensor(3)
+        }, {}),
+        (None, {}),
+    ])
 def test_nonfinite_terms(log_vars, expected):
     got = nonfinite_terms(log_vars)
     assert list(got) == list(expected)
@@ -115,10 +150,9 @@ class TestFiniteLossHook(RunnerTestCase):
         cfg.optim_wrapper = dict(optimizer=dict(type='SGD', lr=0.1), **optim)
         cfg.default_hooks = dict(
             logger=dict(type='LoggerHook', interval=1),
-            checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=1,
-                            save_best='acc', rule='greater'))
-        hooks = [dict(type='NanLossHook', rank=0, iteration=iteration),
-                 dict(type='ParamRecorder')]
+            checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=1, save_best='acc',
+                            rule='greater'))
+        hooks = [dict(type='NanLossHook', rank=0, iteration=iteration), dict(type='ParamRecorder')]
         if action is not None:
             hooks.append(dict(type='FiniteLossHook', action=action))
         cfg.custom_hooks = hooks
@@ -126,8 +160,9 @@ class TestFiniteLossHook(RunnerTestCase):
         return cfg
 
     def _files(self):
-        return sorted(f for f in os.listdir(self.temp_dir.name)
-                      if f.endswith('.pth') or f == 'last_checkpoint')
+        return sorted(
+            f for f in os.listdir(self.temp_dir.name)
+            if f.endswith('.pth') or f == 'last_checkpoint')
 
     @staticmethod
     def _hook(runner, kind):
@@ -165,21 +200,23 @@ class TestFiniteLossHook(RunnerTestCase):
         with self.assertLogs(runner.logger, level='WARNING') as logs:
             runner.train()
         text = '\n'.join(logs.output)
-        self.assertIn("[mmddp_ext] non-finite loss on rank 0 at iteration 5: loss=nan (lr "
-                      "1.0e-01); action='warn': training goes on", text)
+        self.assertIn(
+            "[mmddp_ext] non-finite loss on rank 0 at iteration 5: loss=nan (lr "
+            "1.0e-01); action='warn': training goes on", text)
         losses = self._hook(runner, ParamRecorder).losses
         self.assertEqual(len(losses), 8)  # trained to the end, on NaN weights
         self.assertTrue(all(x != x for x in losses[4:]))
         self.assertEqual(self._hook(runner, FiniteLossHook).nonfinite, 4)
         # said at the 1st, 2nd, 4th occurrence
         self.assertEqual(text.count('non-finite loss on rank 0'), 3)
-        self.assertIn('refusing to save epoch_2.pth: 4 of 4 weight tensors are not finite '
-                      '(linear1.weight, linear1.bias, linear2.weight, ...); earlier '
-                      'checkpoints are kept', text)
-        self.assertIn('refusing to save a best checkpoint at epoch 2 (its acc is not recorded '
-                      'as best)', text)
-        self.assertEqual(self._files(), ['best_acc_epoch_1.pth', 'epoch_1.pth',
-                                         'last_checkpoint'])
+        self.assertIn(
+            'refusing to save epoch_2.pth: 4 of 4 weight tensors are not finite '
+            '(linear1.weight, linear1.bias, linear2.weight, ...); earlier '
+            'checkpoints are kept', text)
+        self.assertIn(
+            'refusing to save a best checkpoint at epoch 2 (its acc is not recorded '
+            'as best)', text)
+        self.assertEqual(self._files(), ['best_acc_epoch_1.pth', 'epoch_1.pth', 'last_checkpoint'])
         with open(osp.join(self.temp_dir.name, 'last_checkpoint')) as f:
             self.assertEqual(osp.basename(f.read()), 'epoch_1.pth')
         hub = runner.message_hub
@@ -197,8 +234,7 @@ class TestFiniteLossHook(RunnerTestCase):
         text = '\n'.join(logs.output)
         self.assertIn('refusing to save epoch_2.pth', text)
         self.assertNotIn('best checkpoint', text)
-        self.assertEqual(self._files(), ['best_acc_epoch_1.pth', 'epoch_1.pth',
-                                         'last_checkpoint'])
+        self.assertEqual(self._files(), ['best_acc_epoch_1.pth', 'epoch_1.pth', 'last_checkpoint'])
 
     def test_save_checkpoint_itself_refuses(self):
         runner = DDPRunner.from_cfg(self._cfg())
@@ -206,9 +242,10 @@ class TestFiniteLossHook(RunnerTestCase):
             runner.model.linear2.bias.fill_(INF)
         with self.assertLogs(runner.logger, level='WARNING') as logs:
             runner.save_checkpoint(self.temp_dir.name, 'manual.pth', **NOT_BUILT)
-        self.assertEqual(logs.output[-1].split(':', 2)[-1],
-                         '[mmddp_ext] refusing to save manual.pth: 1 of 4 weight tensors are '
-                         'not finite (linear2.bias); earlier checkpoints are kept')
+        self.assertEqual(
+            logs.output[-1].split(':', 2)[-1],
+            '[mmddp_ext] refusing to save manual.pth: 1 of 4 weight tensors are '
+            'not finite (linear2.bias); earlier checkpoints are kept')
         self.assertEqual(self._files(), [])
         with torch.no_grad():
             runner.model.linear2.bias.fill_(0.0)
@@ -230,13 +267,14 @@ class TestFiniteLossHook(RunnerTestCase):
         self.assertFalse(_same(record.params[3], record.params[2]))  # iteration 4: a step
         self.assertTrue(all(x == x for i, x in enumerate(record.losses) if i != 2))
         self.assertEqual(self._hook(runner, FiniteLossHook).skipped, 1)
-        self.assertIn('optimizer step skipped at iteration 3 on every rank: 4 of 4 gradients '
-                      'are not finite after averaging over ranks (linear1.weight, '
-                      'linear1.bias, linear2.weight, ...); 1 step(s) skipped so far', text)
-        self.assertIn("loss=nan (lr 1.0e-01); action='skip': optimizer steps with non-finite "
-                      'gradients are skipped', text)
-        self.assertEqual(self._files(), ['best_acc_epoch_2.pth', 'epoch_2.pth',
-                                         'last_checkpoint'])
+        self.assertIn(
+            'optimizer step skipped at iteration 3 on every rank: 4 of 4 gradients '
+            'are not finite after averaging over ranks (linear1.weight, '
+            'linear1.bias, linear2.weight, ...); 1 step(s) skipped so far', text)
+        self.assertIn(
+            "loss=nan (lr 1.0e-01); action='skip': optimizer steps with non-finite "
+            'gradients are skipped', text)
+        self.assertEqual(self._files(), ['best_acc_epoch_2.pth', 'epoch_2.pth', 'last_checkpoint'])
 
     def test_skip_with_accumulation_drops_the_whole_cycle(self):
         # stock MMEngine Runner and OptimWrapper: a step every 2nd iteration; NaN at 3 → the
@@ -244,8 +282,8 @@ class TestFiniteLossHook(RunnerTestCase):
         runner, _ = self._skip_run(Runner, cfg=dict(accumulative_counts=2))
         params = self._hook(runner, ParamRecorder).params
         self.assertFalse(_same(params[1], params[0]))  # step at 2
-        self.assertTrue(_same(params[2], params[1]))   # 3: accumulating
-        self.assertTrue(_same(params[3], params[1]))   # 4: skipped
+        self.assertTrue(_same(params[2], params[1]))  # 3: accumulating
+        self.assertTrue(_same(params[3], params[1]))  # 4: skipped
         self.assertFalse(_same(params[5], params[3]))  # 6: a step, finite
         self.assertTrue(all(torch.isfinite(p).all() for p in params[-1]))
         self.assertEqual(self._hook(runner, FiniteLossHook).skipped, 1)
@@ -261,7 +299,9 @@ class TestFiniteLossHook(RunnerTestCase):
 
 
 def test_format_lr():
+
     class Wrapper:
+
         def __init__(self, lrs):
             self.lrs = lrs
 

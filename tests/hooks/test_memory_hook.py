@@ -10,13 +10,13 @@ from mmddp_ext.hooks.memory_hook import RankMemoryHook, format_table
 
 from conftest import check_ok, demo_options, demo_with_hooks, run
 
-GIB = 2 ** 30
+GIB = 2**30
 
 
 def _sample(rank, device='cpu', **kw):
-    base = dict(rank=rank, host='node1', pid=727401 + rank, device=device, iter=50,
-                allocated=None, reserved=None, peak_allocated=None, device_used=None,
-                device_total=None, rss=1500 * 2 ** 20, peak_rss=1600 * 2 ** 20, time=0.0)
+    base = dict(rank=rank, host='node1', pid=727401 + rank, device=device, iter=50, allocated=None,
+                reserved=None, peak_allocated=None, device_used=None, device_total=None,
+                rss=1500 * 2**20, peak_rss=1600 * 2**20, time=0.0)
     base.update(kw)
     return base
 
@@ -45,14 +45,17 @@ def test_interval_is_checked(bad):
 def test_two_process_run_logs_writes_and_plots(demo_data, tmp_path):
     cfg = demo_with_hooks(tmp_path, "dict(type='RankMemoryHook', interval=1)")
     work = str(tmp_path / 'w')
-    out = check_ok(run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work,
-                        *demo_options(demo_data, 1)]))
+    out = check_ok(
+        run([
+            'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work,
+            *demo_options(demo_data, 1)
+        ]))
     # 64 images, 2 ranks × 16 per device: 2 iterations; a sample after each, on every rank
     [log_dir] = glob.glob(osp.join(work, '2*'))
     for rank in (0, 1):
         lines = [json.loads(x) for x in open(osp.join(log_dir, 'memory', f'rank{rank}.jsonl'))]
         assert [s['iter'] for s in lines] == [1, 2]
-        assert all(s['rank'] == rank and s['device'] == 'cpu' and s['rss'] > 2 ** 20
+        assert all(s['rank'] == rank and s['device'] == 'cpu' and s['rss'] > 2**20
                    and s['peak_rss'] >= s['rss'] for s in lines)
     assert out.count('CPU run: host RSS (peak RSS) per rank') == 2
     assert 'rank 1 ' in out.split('CPU run: host RSS (peak RSS) per rank')[1]
@@ -79,13 +82,15 @@ def test_real_out_of_memory_on_one_rank_is_diagnosed(demo_data, tmp_path):
     cfg = demo_with_hooks(tmp_path, "dict(type='StepBudgetHook', rank=1, fraction=0.5)",
                           ['step_budget_hook'])
     work = str(tmp_path / 'w')
-    proc = run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work,
-                *demo_options(demo_data, 1, **{'scaling.global_batch_size': '64'})])
+    proc = run([
+        'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work,
+        *demo_options(demo_data, 1, **{'scaling.global_batch_size': '64'})
+    ])
     assert proc.returncode != 0
     measured = json.load(open(osp.join(work, 'step_budget_rank1.json')))
-    assert measured['optimizer'] == 'Adam'            # 2 × the parameters' bytes of state
-    assert measured['budget_mib'] * 2 ** 20 <= measured['param_bytes'] / 2
-    assert not osp.exists(osp.join(work, 'step_budget_rank0.json'))   # rank 1 only
+    assert measured['optimizer'] == 'Adam'  # 2 × the parameters' bytes of state
+    assert measured['budget_mib'] * 2**20 <= measured['param_bytes'] / 2
+    assert not osp.exists(osp.join(work, 'step_budget_rank0.json'))  # rank 1 only
     record = json.load(open(osp.join(work, 'failures', 'rank1.json')))
     assert record['exc_type'] == 'MemoryError' or ALLOCATOR_FAILURE.search(record['message']), \
         record

@@ -44,9 +44,9 @@ class TestScalingHook(RunnerTestCase):
 
     def test_resume_with_another_split_keeps_the_samples_seen(self):
         work = self.temp_dir.name
-        self._train(self._cfg(work), until=4)             # 3 per device x accumulation 2
+        self._train(self._cfg(work), until=4)  # 3 per device x accumulation 2
         saved = torch.load(osp.join(work, 'iter_4.pth'), weights_only=False)
-        cfg = self._cfg(work, max_batch_per_device=1)     # 1 per device x accumulation 6
+        cfg = self._cfg(work, max_batch_per_device=1)  # 1 per device x accumulation 6
         cfg.resume = True
         runner = DDPRunner.from_cfg(cfg)
         plan = runner.scaling_plan
@@ -55,7 +55,7 @@ class TestScalingHook(RunnerTestCase):
         with self.assertLogs(runner.logger, level='INFO') as logs:
             runner.train()
         self.assertIn('iteration 4 → 12 (× 3: same samples seen)', '\n'.join(logs.output))
-        self.assertEqual(runner.iter, 8 * 3)              # max_iters scaled by the plan too
+        self.assertEqual(runner.iter, 8 * 3)  # max_iters scaled by the plan too
 
     def test_resume_with_another_global_batch_is_refused_with_the_fix(self):
         work = self.temp_dir.name
@@ -64,6 +64,5 @@ class TestScalingHook(RunnerTestCase):
         cfg.scaling.global_batch_size = 3
         cfg.resume = True
         runner = DDPRunner.from_cfg(cfg)
-        with self.assertRaisesRegex(ResumeMismatch,
-                                    'scaling.global_batch_size=6'):
+        with self.assertRaisesRegex(ResumeMismatch, 'scaling.global_batch_size=6'):
             runner.train()

@@ -15,12 +15,14 @@ from mmddp_ext.stacks import main_frames, parse_dump
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
-@pytest.mark.parametrize('times,timeout,expected', [
-    ([], None, None),             # nothing timed yet: the start-up bound applies
-    ([0.6, 0.5], None, 120.0),    # fast iterations: the minimum
-    ([30.0, 12.0], None, 300.0),  # 10 x the slowest
-    ([30.0], 45, 45.0),           # a fixed bound wins
-])
+@pytest.mark.parametrize(
+    'times,timeout,expected',
+    [
+        ([], None, None),  # nothing timed yet: the start-up bound applies
+        ([0.6, 0.5], None, 120.0),  # fast iterations: the minimum
+        ([30.0, 12.0], None, 300.0),  # 10 x the slowest
+        ([30.0], 45, 45.0),  # a fixed bound wins
+    ])
 def test_bound(times, timeout, expected):
     assert watchdog_bound(times, timeout, factor=10, min_timeout=120) == expected
 
@@ -45,19 +47,19 @@ class TestProgress(RunnerTestCase):
         self.assertEqual(state['completed_iter'], 6)
         self.assertEqual(state['phase'], 'done')
         self.assertEqual(state['run'], runner.timestamp)
-        self.assertEqual(state['stacks'], '')          # removed: nothing was dumped
+        self.assertEqual(state['stacks'], '')  # removed: nothing was dumped
         self.assertGreater(state['rss'], 0)
-        self.assertEqual(state['bound_s'], 600)        # last armed: around checkpoints
+        self.assertEqual(state['bound_s'], 600)  # last armed: around checkpoints
 
 
 def test_a_real_hang_is_ended_with_every_stack(tmp_path):
     work = str(tmp_path / 'w')
     proc = subprocess.run([sys.executable, '-m', 'tests.helpers.toy_hang', work], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1, proc.stderr[-3000:]     # faulthandler's exit
+    assert proc.returncode == 1, proc.stderr[-3000:]  # faulthandler's exit
     state = read_ranks(work)[0]
     assert state['completed_iter'] == 2 and state['phase'] == 'train'
     dump = parse_dump(state['stacks'])
-    assert dump.timeout is not None                      # the watchdog's heading
+    assert dump.timeout is not None  # the watchdog's heading
     frames = main_frames(dump, state['main_thread'])
     assert frames[0].func == 'stuck_here' and frames[0].file.endswith('toy_hang.py')

@@ -27,9 +27,9 @@ def test_cpu_budget_keeps_a_tighter_limit_and_fails_for_real():
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got['soft_over_vms'] <= 400 * 2 ** 20              # never loosened to 2000 MiB
-    assert got['room'] <= 400 * 2 ** 20
+    assert got['soft_over_vms'] <= 400 * 2**20  # never loosened to 2000 MiB
+    assert got['room'] <= 400 * 2**20
     assert 'scaling.memory_budget_mib=2000' in got['how'] and 'tighter existing limit' in got['how']
     assert "can't allocate memory" in got['raised']
-    assert got['small'] == 10 * 2 ** 20
+    assert got['small'] == 10 * 2**20
     assert got['onednn'] == '0'

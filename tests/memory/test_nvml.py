@@ -16,13 +16,30 @@ GIB = 2**30
 PACKAGE_DIR = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))) + '/mmddp_ext'
 
 RECORDING = {
-    'host': 'node1',
+    'host':
+    'node1',
     'devices': [
-        {'index': 0, 'total_bytes': int(23.64 * GIB),
-         'processes': [{'pid': 727401, 'used_bytes': int(21.5 * GIB)},
-                       {'pid': 727402, 'used_bytes': int(1.89 * GIB)}]},
-        {'index': 1, 'total_bytes': int(23.64 * GIB),
-         'processes': [{'pid': 727402, 'used_bytes': None}]},
+        {
+            'index':
+            0,
+            'total_bytes':
+            int(23.64 * GIB),
+            'processes': [{
+                'pid': 727401,
+                'used_bytes': int(21.5 * GIB)
+            }, {
+                'pid': 727402,
+                'used_bytes': int(1.89 * GIB)
+            }]
+        },
+        {
+            'index': 1,
+            'total_bytes': int(23.64 * GIB),
+            'processes': [{
+                'pid': 727402,
+                'used_bytes': None
+            }]
+        },
     ],
 }
 
@@ -34,16 +51,14 @@ def test_modules_import_neither_pynvml_nor_torch():
             'import mmddp_ext.memory; '
             'assert "pynvml" not in sys.modules and "torch" not in sys.modules, '
             'sorted(m for m in sys.modules if m.split(".")[0] in ("pynvml", "torch"))')
-    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_recorded_round_trip_into_find_stray():
     reader = RecordedProcessTableReader.from_dict(json.loads(json.dumps(RECORDING)))
     assert isinstance(reader, ProcessTableReader)
-    assert reader.read(1) == DeviceTable('node1', 1, int(23.64 * GIB),
-                                         (GpuProcess(727402, None),))
+    assert reader.read(1) == DeviceTable('node1', 1, int(23.64 * GIB), (GpuProcess(727402, None), ))
     assert reader.to_dict() == RECORDING
     ranks = [RankIdentity(0, 'node1', 727401, 0), RankIdentity(1, 'node1', 727402, 1)]
     [f] = find_stray(ranks, [reader.read(i) for i in (0, 1)])
@@ -52,9 +67,8 @@ def test_recorded_round_trip_into_find_stray():
 
 
 def test_missing_used_bytes_is_unknown():
-    data = {'host': 'h', 'devices': [{'index': 3, 'total_bytes': 10,
-                                      'processes': [{'pid': 1}]}]}
-    assert RecordedProcessTableReader.from_dict(data).read(3).processes == (GpuProcess(1, None),)
+    data = {'host': 'h', 'devices': [{'index': 3, 'total_bytes': 10, 'processes': [{'pid': 1}]}]}
+    assert RecordedProcessTableReader.from_dict(data).read(3).processes == (GpuProcess(1, None), )
 
 
 def test_missing_index_names_index_and_recorded_ones():
@@ -64,14 +78,47 @@ def test_missing_index_names_index_and_recorded_ones():
 
 
 @pytest.mark.parametrize('data, match', [
-    ({'devices': []}, "'host'"),
-    ({'host': 'h'}, "'devices'"),
-    ({'host': 'h', 'devices': [{'total_bytes': 1, 'processes': []}]}, "'index'"),
-    ({'host': 'h', 'devices': [{'index': 0, 'processes': []}]}, "'total_bytes'"),
-    ({'host': 'h', 'devices': [{'index': 0, 'total_bytes': 1, 'processes': [{}]}]}, "'pid'"),
-    ({'host': 'h', 'devices': [{'index': 0, 'total_bytes': 1, 'processes': []},
-                               {'index': 0, 'total_bytes': 1, 'processes': []}]},
-     'device 0 is recorded more than once'),
+    ({
+        'devices': []
+    }, "'host'"),
+    ({
+        'host': 'h'
+    }, "'devices'"),
+    ({
+        'host': 'h',
+        'devices': [{
+            'total_bytes': 1,
+            'processes': []
+        }]
+    }, "'index'"),
+    ({
+        'host': 'h',
+        'devices': [{
+            'index': 0,
+            'processes': []
+        }]
+    }, "'total_bytes'"),
+    ({
+        'host': 'h',
+        'devices': [{
+            'index': 0,
+            'total_bytes': 1,
+            'processes': [{}]
+        }]
+    }, "'pid'"),
+    ({
+        'host':
+        'h',
+        'devices': [{
+            'index': 0,
+            'total_bytes': 1,
+            'processes': []
+        }, {
+            'index': 0,
+            'total_bytes': 1,
+            'processes': []
+        }]
+    }, 'device 0 is recorded more than once'),
 ])
 def test_from_dict_errors_name_the_problem(data, match):
     with pytest.raises(ValueError, match=match):
@@ -148,8 +195,7 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle):
         rows = {'handle0': [(11, 5 * GIB), (12, None), (13, 2**64 - 1)], 'handle1': []}
-        return [types.SimpleNamespace(pid=pid, usedGpuMemory=used)
-                for pid, used in rows[handle]]
+        return [types.SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in rows[handle]]
 
 
 def test_nvml_reader_maps_pynvml_rows(monkeypatch):
@@ -157,8 +203,8 @@ def test_nvml_reader_maps_pynvml_rows(monkeypatch):
     monkeypatch.setitem(sys.modules, 'pynvml', fake)
     reader = NvmlProcessTableReader('node1')
     assert fake.inits == 0  # lazily initialised
-    assert reader.read(0) == DeviceTable('node1', 0, 80 * GIB, (
-        GpuProcess(11, 5 * GIB), GpuProcess(12, None), GpuProcess(13, None)))
+    assert reader.read(0) == DeviceTable(
+        'node1', 0, 80 * GIB, (GpuProcess(11, 5 * GIB), GpuProcess(12, None), GpuProcess(13, None)))
     assert reader.read(1) == DeviceTable('node1', 1, 40 * GIB, ())
     with pytest.raises(RuntimeError, match='GPU 2 of host node1.*Invalid Argument'):
         reader.read(2)
@@ -175,6 +221,7 @@ def test_nvml_init_failure_is_runtime_error_and_not_available(monkeypatch):
 
     def fail():
         raise fake.NVMLError('Driver Not Loaded')
+
     fake.nvmlInit = fail
     monkeypatch.setitem(sys.modules, 'pynvml', fake)
     assert NvmlProcessTableReader.available() is False
@@ -189,8 +236,7 @@ def test_reader_without_driver_raises_runtime_error():
             reader.read(0)
 
 
-@pytest.mark.skipif(not NvmlProcessTableReader.available(),
-                    reason='needs an NVIDIA GPU and driver')
+@pytest.mark.skipif(not NvmlProcessTableReader.available(), reason='needs an NVIDIA GPU and driver')
 def test_real_reader_reads_device_zero():
     with NvmlProcessTableReader('here') as reader:
         first = reader.read(0)

@@ -23,7 +23,7 @@ def test_is_oom(exc_type, message, expected):
 
 def test_requested_bytes_reads_both_allocators():
     assert requested_bytes(CPU_MESSAGE) == 16777216
-    assert requested_bytes(GPU_MESSAGE) == int(1.5 * 2 ** 30)
+    assert requested_bytes(GPU_MESSAGE) == int(1.5 * 2**30)
     assert requested_bytes('no size here') is None
 
 
@@ -31,21 +31,23 @@ ONEDNN = RuntimeError('could not create a primitive')
 MAP = ImportError('libtorch_cpu.so: failed to map segment from shared object')
 
 
-@pytest.mark.parametrize('exc, limited, expected', [
-    (torch.OutOfMemoryError('CUDA out of memory.'), False, True),
-    (MemoryError(), False, True),
-    (RuntimeError(CPU_MESSAGE), False, True),
-    (ValueError(CPU_MESSAGE), False, True),             # the allocator's text, whatever wraps it
-    (ValueError('batch_size should be a positive integer'), True, False),
-    (ONEDNN, False, False),                             # without a limit: not memory
-    (ONEDNN, True, True),                               # under an address-space limit: memory
-    (MAP, False, False),
-    (MAP, True, True),
-    (OSError(12, 'Cannot allocate memory'), False, True),
-])
+@pytest.mark.parametrize(
+    'exc, limited, expected',
+    [
+        (torch.OutOfMemoryError('CUDA out of memory.'), False, True),
+        (MemoryError(), False, True),
+        (RuntimeError(CPU_MESSAGE), False, True),
+        (ValueError(CPU_MESSAGE), False, True),  # the allocator's text, whatever wraps it
+        (ValueError('batch_size should be a positive integer'), True, False),
+        (ONEDNN, False, False),  # without a limit: not memory
+        (ONEDNN, True, True),  # under an address-space limit: memory
+        (MAP, False, False),
+        (MAP, True, True),
+        (OSError(12, 'Cannot allocate memory'), False, True),
+    ])
 def test_is_oom_error(monkeypatch, exc, limited, expected):
     # the limit is set here, not read from this machine (a `ulimit -v` must not change it)
-    monkeypatch.setattr(oom_module, 'address_space_limit', lambda: 2 ** 30 if limited else None)
+    monkeypatch.setattr(oom_module, 'address_space_limit', lambda: 2**30 if limited else None)
     assert is_oom_error(exc) is expected
 
 
@@ -65,7 +67,7 @@ def test_is_oom_error_follows_the_cause(monkeypatch):
 def test_records_and_live_errors_agree(monkeypatch, limited):
     """A failure record (type name, message, whether the address space was limited) is
     classified as the live error was."""
-    monkeypatch.setattr(oom_module, 'address_space_limit', lambda: 2 ** 30 if limited else None)
+    monkeypatch.setattr(oom_module, 'address_space_limit', lambda: 2**30 if limited else None)
     for exc in (RuntimeError(CPU_MESSAGE), ONEDNN, MAP, ValueError('no'), MemoryError('x')):
         assert is_oom(type(exc).__name__, str(exc), limited) is is_oom_error(exc)
 
@@ -81,9 +83,10 @@ def test_advice_when_micro_batches_of_one_did_not_fit():
 
 
 def test_advice_starts_from_the_micro_batch_that_failed():
-    record = dict(message=CPU_MESSAGE, oom_at_batch=4, memory=dict(last=dict(rss=1)),
-                  plan=dict(per_device_batch_size=16, world_size=2, accumulative_counts=1,
-                            global_batch_size=32))
+    record = dict(
+        message=CPU_MESSAGE, oom_at_batch=4, memory=dict(last=dict(rss=1)),
+        plan=dict(per_device_batch_size=16, world_size=2, accumulative_counts=1,
+                  global_batch_size=32))
     lines = oom_advice(record)
     assert lines[0].startswith('cause: out of memory at micro-batches of 4 of per-device batch 16')
     assert 'per-device batch 2 × 2 × accumulation 8 keeps the global batch 32' in lines[1]
@@ -96,25 +99,28 @@ def test_advice_for_a_budget_too_small_to_import():
 
 
 def test_fitting_batch_from_gpu_measurements():
-    gib = 2 ** 30
+    gib = 2**30
     # 2 GiB baseline, 10 GiB peak at batch 32 (8 GiB for 32 samples), 24 GiB device, no others
-    fit, how = fitting_batch(32, dict(allocated=2 * gib),
-                             dict(peak_allocated=10 * gib, reserved=11 * gib,
-                                  device_used=11 * gib, device_total=24 * gib), None)
-    assert fit == 31            # (0.9 × 24 − 2) / 0.25 = 78, capped below the failing batch
+    fit, how = fitting_batch(
+        32, dict(allocated=2 * gib),
+        dict(peak_allocated=10 * gib, reserved=11 * gib, device_used=11 * gib,
+             device_total=24 * gib), None)
+    assert fit == 31  # (0.9 × 24 − 2) / 0.25 = 78, capped below the failing batch
     assert 'measured: 256.0 MiB per sample' in how
-    fit, _ = fitting_batch(32, dict(allocated=2 * gib),
-                           dict(peak_allocated=20 * gib, reserved=21 * gib,
-                                device_used=23 * gib, device_total=24 * gib), 4 * gib)
+    fit, _ = fitting_batch(
+        32, dict(allocated=2 * gib),
+        dict(peak_allocated=20 * gib, reserved=21 * gib, device_used=23 * gib,
+             device_total=24 * gib), 4 * gib)
     # another process holds 23 − 21 = 2 GiB; the failed request (4 GiB) counts as needed:
     # room 0.9 × (24 − 2) − 2 = 17.8 GiB, per sample (20 + 4 − 2) / 32 = 0.6875 GiB → 25
     assert fit == 25
 
 
 def test_cpu_advice_halves_and_names_every_way_out():
-    record = dict(message=CPU_MESSAGE, gradient_as_bucket_view=False,
-                  plan=dict(per_device_batch_size=32, world_size=2, accumulative_counts=1,
-                            global_batch_size=64), memory=dict(last=dict(rss=1)))
+    record = dict(
+        message=CPU_MESSAGE, gradient_as_bucket_view=False,
+        plan=dict(per_device_batch_size=32, world_size=2, accumulative_counts=1,
+                  global_batch_size=64), memory=dict(last=dict(rss=1)))
     lines = oom_advice(record)
     assert lines[0] == 'cause: out of memory at per-device batch 32 (32 × 2 × accumulation 1 ' \
                        '= global 64)'

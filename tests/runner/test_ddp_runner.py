@@ -25,8 +25,8 @@ class TestNothingToTrain(RunnerTestCase):
             cfg.pop(key, None)
         # what a config inheriting configs/_base_/ddp_runtime.py carries
         cfg.runner_type = 'DDPRunner'
-        cfg.scaling = dict(global_batch_size=None, max_batch_per_device=None,
-                           base_batch_size=None, lr_rule='linear', schedule='keep_samples')
+        cfg.scaling = dict(global_batch_size=None, max_batch_per_device=None, base_batch_size=None,
+                           lr_rule='linear', schedule='keep_samples')
         cfg.update(extra)
         cfg.experiment_name = self.experiment_name
         return cfg
@@ -55,8 +55,7 @@ class TestNothingToTrain(RunnerTestCase):
             DDPRunner.from_cfg(cfg)  # the same block with training parts is read
 
     def test_partial_training_parts_fail_as_in_mmengine(self):
-        cfg = self._eval_cfg(train_dataloader=copy.deepcopy(
-            self.epoch_based_cfg.train_dataloader))
+        cfg = self._eval_cfg(train_dataloader=copy.deepcopy(self.epoch_based_cfg.train_dataloader))
         with self.assertRaisesRegex(ValueError, 'should be either all None or not None'):
             DDPRunner.from_cfg(cfg)
 

@@ -22,11 +22,13 @@ from mmddp_ext.runner.ddp_runner import DDPRunner
 
 
 class NumpyMetaToyDataset(ToyDataset):
-    METAINFO = dict(sigmas=np.array([0.026, 0.025, 0.035], np.float32),
-                    flip_indices=np.arange(3), names=np.array(['nose', 'eye', 'ear']))
+    METAINFO = dict(
+        sigmas=np.array([0.026, 0.025, 0.035], np.float32), flip_indices=np.arange(3),
+        names=np.array(['nose', 'eye', 'ear']))
 
 
 class NumpyScoreMetric(BaseMetric):
+
     def process(self, data_batch, data_samples) -> None:
         self.results.append(1)
 
@@ -49,8 +51,7 @@ class RecordSaveHook(Hook):
 
 def load_from_plaintest(filename: str, map_location=None):
     """A loader of another scheme (as for remote files): plain torch.load, nothing restored."""
-    return torch.load(filename[len('plaintest://'):], map_location=map_location,
-                      weights_only=True)
+    return torch.load(filename[len('plaintest://'):], map_location=map_location, weights_only=True)
 
 
 def _plain_only(obj, where='checkpoint'):
@@ -76,8 +77,8 @@ class TestPlainCheckpoints(RunnerTestCase):
         HOOKS.register_module(module=RecordSaveHook, force=True)
 
     def tearDown(self) -> None:
-        for registry, name in ((DATASETS, 'NumpyMetaToyDataset'),
-                               (METRICS, 'NumpyScoreMetric'), (HOOKS, 'RecordSaveHook')):
+        for registry, name in ((DATASETS, 'NumpyMetaToyDataset'), (METRICS, 'NumpyScoreMetric'),
+                               (HOOKS, 'RecordSaveHook')):
             registry.module_dict.pop(name, None)
         super().tearDown()
 
@@ -138,8 +139,9 @@ class TestPlainCheckpoints(RunnerTestCase):
         resumed.train()
         whole, _ = self._train(3)
         for key in ('train/loss', 'train/lr'):
-            self.assertEqual(len(resumed.message_hub.log_scalars[key].data[0]),
-                             len(whole.message_hub.log_scalars[key].data[0]))
+            self.assertEqual(
+                len(resumed.message_hub.log_scalars[key].data[0]),
+                len(whole.message_hub.log_scalars[key].data[0]))
         for key in ('best_score', 'best_ckpt'):
             self.assertEqual(resumed.message_hub.get_info(key), whole.message_hub.get_info(key))
 

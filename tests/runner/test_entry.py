@@ -29,11 +29,12 @@ class TestRunnerType(RunnerTestCase):
     def test_runner_from_cfg_builds_the_configs_runner_type(self):
         runner = Runner.from_cfg(self._cfg('DDPRunner'))
         self.assertIs(type(runner), DDPRunner)
-        self.assertIsNotNone(runner.scaling_plan)          # the plan was applied
+        self.assertIsNotNone(runner.scaling_plan)  # the plan was applied
         hooks = {type(h).__name__ for h in runner.hooks}
         self.assertTrue({'ScalingHook', 'RankMemoryHook'} <= hooks)
 
     def test_any_registered_subclass_is_honoured(self):
+
         @RUNNERS.register_module(force=True)
         class CountingRunner(Runner):
             built = 0
@@ -57,18 +58,20 @@ class TestRunnerType(RunnerTestCase):
         args = {k: v for k, v in cfg.items() if k != 'runner_type'}
         runner = Runner(**args, cfg=cfg)
         self.assertIs(type(runner), Runner)
-        log_file = next(h.baseFilename for h in runner.logger.handlers
-                        if isinstance(h, logging.FileHandler))
+        log_file = next(
+            h.baseFilename for h in runner.logger.handlers if isinstance(h, logging.FileHandler))
         for handler in runner.logger.handlers:
             handler.flush()
         with open(log_file) as f:
             text = f.read()
-        self.assertEqual(text.count("asks for runner_type='DDPRunner', but a stock mmengine "
-                                    'Runner was built'), 1)
+        self.assertEqual(
+            text.count("asks for runner_type='DDPRunner', but a stock mmengine "
+                       'Runner was built'), 1)
 
 
 @MODELS.register_module(force=True)
 class ToySyncBNModel(ToyModel):
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.norm = torch.nn.SyncBatchNorm(1)
@@ -81,7 +84,7 @@ def test_sync_bn_becomes_batchnorm_for_cpus():
     assert sync_bn_layers(converted) == 0
     assert isinstance(converted.norm, torch.nn.modules.batchnorm._BatchNorm)
     plain = ToyModel()
-    assert batchnorm_for_cpu(plain) is plain      # nothing to convert: untouched
+    assert batchnorm_for_cpu(plain) is plain  # nothing to convert: untouched
 
 
 class TestSyncBNOnCPU(RunnerTestCase):

@@ -27,7 +27,7 @@ def det_cfg():
 
 def test_read_facts_from_a_real_config(pose_cfg):
     facts = read_facts(pose_cfg)
-    assert (facts.batch_size, facts.auto_scale_lr_base, facts.lrs) == (64, 512, (5e-4,))
+    assert (facts.batch_size, facts.auto_scale_lr_base, facts.lrs) == (64, 512, (5e-4, ))
     assert facts.config_name == 'td-hm_hrnet-w32_8xb64-210e_coco-256x192.py'
 
 
@@ -52,16 +52,16 @@ def test_pose_recipe_on_any_world_size(pose_cfg, world):
     per_device, accum = expect['per_device_batch_size'], expect['accumulative_counts']
     assert cfg.train_dataloader.batch_size == per_device
     assert cfg.optim_wrapper.get('accumulative_counts', 1) == accum
-    assert per_device * world * accum == 512                       # 8xb64
-    assert cfg.optim_wrapper.optimizer.lr == pytest.approx(
-        written.optim_wrapper.optimizer.lr * expect['lr_scale'])
-    assert expect['lr_scale'] == 1.0                               # 512 kept: LR as written
+    assert per_device * world * accum == 512  # 8xb64
+    assert cfg.optim_wrapper.optimizer.lr == pytest.approx(written.optim_wrapper.optimizer.lr *
+                                                           expect['lr_scale'])
+    assert expect['lr_scale'] == 1.0  # 512 kept: LR as written
     (warmup, multistep), (warmup0, multistep0) = cfg.param_scheduler, written.param_scheduler
     assert warmup0.by_epoch is False and multistep0.by_epoch is True
     # by_epoch=False: scaled so that it ends after the same number of samples
     assert warmup.end == round(warmup0.end * expect['iter_scale'])
     assert warmup.end * per_device * world == warmup0.end * 512
-    assert multistep.milestones == multistep0.milestones           # by epoch: unchanged
+    assert multistep.milestones == multistep0.milestones  # by epoch: unchanged
     assert cfg.train_cfg.max_epochs == written.train_cfg.max_epochs
 
 
@@ -74,12 +74,13 @@ def test_det_iteration_based_schedule_keeps_samples(det_cfg, world):
     plan = plan_for_config(cfg, world)
     changes = apply_plan(cfg, plan)
     per_device = expect['per_device_batch_size']
-    assert (cfg.train_dataloader.batch_size, plan.accumulative_counts) == (
-        per_device, expect['accumulative_counts'])
+    assert (cfg.train_dataloader.batch_size,
+            plan.accumulative_counts) == (per_device, expect['accumulative_counts'])
     assert cfg.train_cfg.max_iters == round(written.train_cfg.max_iters * scale)
     assert cfg.train_cfg.val_interval == round(written.train_cfg.val_interval * scale)
     assert cfg.param_scheduler[1].milestones == [
-        round(m * scale) for m in written.param_scheduler[1].milestones]
+        round(m * scale) for m in written.param_scheduler[1].milestones
+    ]
     assert written.default_hooks.checkpoint.by_epoch is False
     assert cfg.default_hooks.checkpoint.interval == round(
         written.default_hooks.checkpoint.interval * scale)
@@ -113,9 +114,9 @@ def test_bad_scaling_block_is_a_user_error(pose_cfg):
 
 def _plan(world, cap=16):
     from mmddp_ext.scaling import ConfigFacts
-    return make_plan(ScalingConfig(global_batch_size=32, max_batch_per_device=cap),
-                     ConfigFacts('x_1xb32-30e.py', 32, auto_scale_lr_base=32, lrs=(1e-3,)),
-                     world)
+    return make_plan(
+        ScalingConfig(global_batch_size=32, max_batch_per_device=cap),
+        ConfigFacts('x_1xb32-30e.py', 32, auto_scale_lr_base=32, lrs=(1e-3, )), world)
 
 
 def test_resume_factor_and_checkpoint_conversion():
@@ -123,9 +124,11 @@ def test_resume_factor_and_checkpoint_conversion():
     assert (now.per_device_batch_size, now.accumulative_counts) == (16, 2)
     factor = resume_factor(saved, now)
     assert factor == 2.0
-    ckpt = dict(meta=dict(iter=4, epoch=2), param_schedulers=[
-        dict(by_epoch=False, begin=0, end=50, last_step=4, start_factor=0.01),
-        dict(by_epoch=True, begin=0, end=30, milestones={22: 1}, last_step=2)])
+    ckpt = dict(
+        meta=dict(iter=4, epoch=2), param_schedulers=[
+            dict(by_epoch=False, begin=0, end=50, last_step=4, start_factor=0.01),
+            dict(by_epoch=True, begin=0, end=30, milestones={22: 1}, last_step=2)
+        ])
     changes = convert_checkpoint(ckpt, factor)
     assert ckpt['meta']['iter'] == 8
     warmup, multistep = ckpt['param_schedulers']

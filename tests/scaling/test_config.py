@@ -8,26 +8,24 @@ import pytest
 
 from mmddp_ext.scaling.config import SCALING_KEYS, ScalingConfig, check_runtime, parse_scaling
 
-SCALING_DIR = osp.join(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))),
-                       'mmddp_ext', 'scaling')
+SCALING_DIR = osp.join(
+    osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))), 'mmddp_ext', 'scaling')
 
 
 @pytest.mark.parametrize('block', [None, {}, OrderedDict()])
 def test_empty_block_gives_defaults(block):
     cfg = parse_scaling(block)
     assert cfg == ScalingConfig()
-    assert (cfg.global_batch_size, cfg.max_batch_per_device, cfg.base_batch_size) == (
-        None, None, None)
+    assert (cfg.global_batch_size, cfg.max_batch_per_device, cfg.base_batch_size) == (None, None,
+                                                                                      None)
     assert (cfg.lr_rule, cfg.schedule) == ('linear', 'keep_samples')
 
 
 @pytest.mark.parametrize('block, expected', [
     (dict(global_batch_size=512, max_batch_per_device=64, base_batch_size=256, lr_rule='sqrt',
-          schedule='keep_iters'),
-     ScalingConfig(512, 64, 256, 'sqrt', 'keep_iters')),
+          schedule='keep_iters'), ScalingConfig(512, 64, 256, 'sqrt', 'keep_iters')),
     (dict(max_batch_per_device='auto'), ScalingConfig(max_batch_per_device='auto')),
-    (dict(lr_rule='none', global_batch_size=1), ScalingConfig(global_batch_size=1,
-                                                              lr_rule='none')),
+    (dict(lr_rule='none', global_batch_size=1), ScalingConfig(global_batch_size=1, lr_rule='none')),
     (dict(global_batch_size=None), ScalingConfig()),
 ])
 def test_valid_block(block, expected):
@@ -35,6 +33,7 @@ def test_valid_block(block, expected):
 
 
 def test_accepts_dict_subclass():
+
     class ConfigDictLike(dict):
         pass
 
@@ -65,7 +64,7 @@ def test_unknown_key_did_you_mean(key, suggestion):
 
 def test_unknown_key_without_close_match_lists_valid_keys():
     with pytest.raises(ValueError, match=r"unknown key scaling\.zzz 'zzz'\. Valid keys: "
-                                         r'global_batch_size') as info:
+                       r'global_batch_size') as info:
         parse_scaling(dict(zzz=1))
     assert 'did you mean' not in str(info.value)
 
@@ -94,8 +93,9 @@ def test_bad_size_suggests_fix(value, fix):
 
 @pytest.mark.parametrize('value', ['Auto', 'max', ''])
 def test_max_batch_per_device_only_accepts_auto_string(value):
-    with pytest.raises(ValueError, match=re.escape(
-            f"scaling.max_batch_per_device={value!r} (str) must be a positive int or 'auto'")):
+    with pytest.raises(
+            ValueError, match=re.escape(
+                f"scaling.max_batch_per_device={value!r} (str) must be a positive int or 'auto'")):
         parse_scaling(dict(max_batch_per_device=value))
 
 
@@ -131,8 +131,8 @@ def test_non_mapping_block(block):
 
 
 def test_oom_keys_parse_and_validate():
-    cfg = parse_scaling(dict(max_batch_per_device='auto', memory_budget_mib=2048,
-                             on_oom='microbatch'))
+    cfg = parse_scaling(
+        dict(max_batch_per_device='auto', memory_budget_mib=2048, on_oom='microbatch'))
     assert cfg.probe and cfg.memory_budget_mib == 2048 and cfg.on_oom == 'microbatch'
     assert not parse_scaling(dict(max_batch_per_device=8)).probe
     with pytest.raises(ValueError, match=r"scaling\.memory_budget_mib='4G' .*positive int"):
@@ -141,13 +141,15 @@ def test_oom_keys_parse_and_validate():
         parse_scaling(dict(on_oom='micro_batch'))
 
 
-@pytest.mark.parametrize('block, policy', [
-    ({}, 'raise'),
-    (dict(max_batch_per_device='auto'), 'microbatch'),      # a found batch is guarded
-    (dict(max_batch_per_device='auto', on_oom='raise'), 'raise'),   # unless told otherwise
-    (dict(max_batch_per_device=8, on_oom='microbatch'), 'microbatch'),
-    (dict(on_oom=None), 'raise'),
-])
+@pytest.mark.parametrize(
+    'block, policy',
+    [
+        ({}, 'raise'),
+        (dict(max_batch_per_device='auto'), 'microbatch'),  # a found batch is guarded
+        (dict(max_batch_per_device='auto', on_oom='raise'), 'raise'),  # unless told otherwise
+        (dict(max_batch_per_device=8, on_oom='microbatch'), 'microbatch'),
+        (dict(on_oom=None), 'raise'),
+    ])
 def test_oom_policy_defaults_to_guarding_a_measured_batch(block, policy):
     assert parse_scaling(block).oom_policy == policy
 
@@ -161,13 +163,15 @@ def test_runtime_check_names_the_fix(block, cuda, distributed, message):
         check_runtime(parse_scaling(block), cuda, distributed)
 
 
-@pytest.mark.parametrize('block, cuda, distributed', [
-    (dict(max_batch_per_device='auto'), True, True),        # a GPU measures its own memory
-    (dict(max_batch_per_device='auto', memory_budget_mib=512), False, False),
-    (dict(on_oom='microbatch'), False, True),
-    (dict(on_oom='microbatch'), True, False),               # guarded in one process too
-    ({}, False, False),
-])
+@pytest.mark.parametrize(
+    'block, cuda, distributed',
+    [
+        (dict(max_batch_per_device='auto'), True, True),  # a GPU measures its own memory
+        (dict(max_batch_per_device='auto', memory_budget_mib=512), False, False),
+        (dict(on_oom='microbatch'), False, True),
+        (dict(on_oom='microbatch'), True, False),  # guarded in one process too
+        ({}, False, False),
+    ])
 def test_runtime_check_accepts(block, cuda, distributed):
     check_runtime(parse_scaling(block), cuda, distributed)
 
@@ -182,6 +186,7 @@ def test_pure_stdlib_imports(module):
             roots.update(alias.name.split('.')[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             roots.add(node.module.split('.')[0])
-    allowed = {'dataclasses', 'math', 'difflib', 're', 'typing', 'itertools', 'hashlib',
-               'json', 'time'}
+    allowed = {
+        'dataclasses', 'math', 'difflib', 're', 'typing', 'itertools', 'hashlib', 'json', 'time'
+    }
     assert roots <= allowed, roots - allowed

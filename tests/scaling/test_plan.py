@@ -10,7 +10,7 @@ from mmddp_ext.scaling.plan import ConfigFacts, make_plan, name_batch, scale_ite
 
 HRNET = 'td-hm_hrnet-w32_8xb64-210e_coco-256x192.py'
 RECIPE_8XB64 = ConfigFacts(HRNET, batch_size=64, auto_scale_lr_base=512, lrs=(5e-4, 1e-3))
-STORY = ConfigFacts('td-hm_res50_custom-256x192.py', batch_size=50, lrs=(1e-3,))
+STORY = ConfigFacts('td-hm_res50_custom-256x192.py', batch_size=50, lrs=(1e-3, ))
 STORY_SCALING = parse_scaling(dict(global_batch_size=50, base_batch_size=50))
 
 # (world_size, per_device, accumulation, lr_scale, iter_scale) for the 8xb64 recipe.
@@ -27,38 +27,36 @@ RECIPE_TABLE = [
 # base batch the LR was tuned for (None: unknown) and the samples per iteration of the config
 # as written (its NxbM name's N × M, or base / (batch × accumulation) devices × batch; None:
 # unknown).
-ALL_CASES = [(ScalingConfig(), RECIPE_8XB64, ws, None, 512, 512, 8 * 64)
-             for ws, *_ in RECIPE_TABLE] + [
+ALL_CASES = [
+    (ScalingConfig(), RECIPE_8XB64, ws, None, 512, 512, 8 * 64) for ws, *_ in RECIPE_TABLE
+] + [
     (STORY_SCALING, STORY, 1, None, 50, 50, 50),
     (STORY_SCALING, STORY, 2, None, 50, 50, 50),
-    (ScalingConfig(), STORY, 2, None, 2 * 50, None, None),   # per device: 50 on each of 2
-    (ScalingConfig(lr_rule='sqrt', global_batch_size=1024), RECIPE_8XB64, 4, None, 1024, 512,
-     512),
+    (ScalingConfig(), STORY, 2, None, 2 * 50, None, None),  # per device: 50 on each of 2
+    (ScalingConfig(lr_rule='sqrt', global_batch_size=1024), RECIPE_8XB64, 4, None, 1024, 512, 512),
     (ScalingConfig(lr_rule='none', global_batch_size=128), RECIPE_8XB64, 2, None, 128, 512, 512),
     # auto_scale_lr enabled: per device, 64 × accumulation 2 on each of 2; base 512 = 4 × 128
-    (ScalingConfig(), ConfigFacts('a_8xb64.py', 64, 2, 512, True), 2, None, 64 * 2 * 2, 512,
-     4 * 64),
+    (ScalingConfig(), ConfigFacts('a_8xb64.py', 64, 2, 512, True), 2, None, 64 * 2 * 2, 512, 4 * 64
+     ),
     # auto_scale_lr base 16 is no whole number of 32-sample steps: set aside, so per device
     # (32 on each of 2), LR as written, and the name's 8 × 32 counts for the iterations
-    (ScalingConfig(), ConfigFacts('x_8xb32-210e_y.py', 32, auto_scale_lr_base=16), 2, None,
-     2 * 32, None, 8 * 32),
+    (ScalingConfig(), ConfigFacts('x_8xb32-210e_y.py', 32,
+                                  auto_scale_lr_base=16), 2, None, 2 * 32, None, 8 * 32),
     # base 64 = 2 devices × 32: a recipe of 64, which the base says was run on 2 × 32
-    (ScalingConfig(), ConfigFacts('x_8xb32-210e_y.py', 32, auto_scale_lr_base=64), 2, None, 64,
-     64, 2 * 32),
+    (ScalingConfig(), ConfigFacts('x_8xb32-210e_y.py', 32,
+                                  auto_scale_lr_base=64), 2, None, 64, 64, 2 * 32),
     # an explicit scaling.base_batch_size means what it says, even if no split reproduces it
-    (ScalingConfig(base_batch_size=16), ConfigFacts('x_8xb32-210e_y.py', 32), 2, None, 16, 16,
-     8 * 32),
+    (ScalingConfig(base_batch_size=16), ConfigFacts('x_8xb32-210e_y.py',
+                                                    32), 2, None, 16, 16, 8 * 32),
     (ScalingConfig(max_batch_per_device=16), RECIPE_8XB64, 4, None, 512, 512, 512),
     (ScalingConfig(max_batch_per_device='auto'), RECIPE_8XB64, 4, 32, 512, 512, 512),
     (ScalingConfig(max_batch_per_device=16), RECIPE_8XB64, 2, 128, 512, 512, 512),
-    (ScalingConfig(global_batch_size=3 * 131), ConfigFacts('x.py', 64), 3, None, 393, None,
-     None),
+    (ScalingConfig(global_batch_size=3 * 131), ConfigFacts('x.py', 64), 3, None, 393, None, None),
     (ScalingConfig(global_batch_size=7), ConfigFacts('x.py', 64), 7, None, 7, None, None),
 ]
 
 
-@pytest.mark.parametrize('world_size, per_device, accumulation, lr_scale, iter_scale',
-                         RECIPE_TABLE)
+@pytest.mark.parametrize('world_size, per_device, accumulation, lr_scale, iter_scale', RECIPE_TABLE)
 def test_8xb64_recipe_table(world_size, per_device, accumulation, lr_scale, iter_scale):
     plan = make_plan(ScalingConfig(), RECIPE_8XB64, world_size)
     assert plan.mode == 'recipe'
@@ -82,18 +80,20 @@ def test_8xb64_recipe_on_3_gpus_is_not_divisible():
     assert 'auto_scale_lr.base_batch_size' in msg
 
 
-@pytest.mark.parametrize('global_batch, world_size, options, nearest', [
-    (500, 3, '498 or 501', 501),
-    (10, 4, '8 or 12', 8),  # a tie goes to the smaller size
-    (2, 3, '3', 3),          # nothing valid below: only the size above
-])
+@pytest.mark.parametrize(
+    'global_batch, world_size, options, nearest',
+    [
+        (500, 3, '498 or 501', 501),
+        (10, 4, '8 or 12', 8),  # a tie goes to the smaller size
+        (2, 3, '3', 3),  # nothing valid below: only the size above
+    ])
 def test_not_divisible_lists_nearest_sizes(global_batch, world_size, options, nearest):
     expected = (f'scaling.global_batch_size={global_batch} is not divisible by world_size '
                 f'{world_size}: use {options} (--cfg-options '
                 f'scaling.global_batch_size={nearest})')
     with pytest.raises(ValueError, match=re.escape(expected)):
-        make_plan(ScalingConfig(global_batch_size=global_batch), ConfigFacts('x.py', 64),
-                  world_size)
+        make_plan(
+            ScalingConfig(global_batch_size=global_batch), ConfigFacts('x.py', 64), world_size)
 
 
 @pytest.mark.parametrize('world_size, per_device', [(1, 50), (2, 25)])
@@ -102,7 +102,7 @@ def test_user_story_recipe_keeps_global_batch(world_size, per_device):
     assert plan.mode == 'recipe'
     assert (plan.per_device_batch_size, plan.accumulative_counts) == (per_device, 1)
     assert plan.global_batch_size == 50
-    assert plan.lr_scale == 1.0 and plan.lrs == (1e-3,)
+    assert plan.lr_scale == 1.0 and plan.lrs == (1e-3, )
     assert plan.iter_scale == 1.0
     assert plan.warnings == ()
 
@@ -136,13 +136,13 @@ def test_lr_rules(rule, global_batch, world_size, lr_scale):
 
 def test_per_device_mode_with_auto_scale_lr_counts_accumulation():
     facts = ConfigFacts('a_8xb64.py', 64, accumulative_counts=2, auto_scale_lr_base=512,
-                        auto_scale_lr_enable=True, lrs=(0.1,))
+                        auto_scale_lr_enable=True, lrs=(0.1, ))
     plan = make_plan(ScalingConfig(), facts, 2)
     assert plan.mode == 'per_device'
     assert (plan.per_device_batch_size, plan.accumulative_counts) == (64, 2)
     assert plan.global_batch_size == 256
     assert plan.lr_scale == pytest.approx(0.5)  # 64 * 2 GPUs * 2 accumulation / 512
-    assert plan.lrs == pytest.approx((0.05,))
+    assert plan.lrs == pytest.approx((0.05, ))
     assert plan.reference_world_size == 4  # 512 / (64 * 2 accumulation)
     assert plan.iter_scale == pytest.approx(2.0)
 
@@ -155,11 +155,13 @@ def test_auto_scale_lr_disabled_base_gives_recipe_mode():
     assert make_plan(scaling, enabled, 2).mode == 'recipe'
 
 
-@pytest.mark.parametrize('base_in_scaling, source, base', [
-    # an auto_scale_lr base must be a whole number of per-device steps (32) to be used
-    (False, 'auto_scale_lr.base_batch_size', 64),
-    (True, 'scaling.base_batch_size', 16),
-])
+@pytest.mark.parametrize(
+    'base_in_scaling, source, base',
+    [
+        # an auto_scale_lr base must be a whole number of per-device steps (32) to be used
+        (False, 'auto_scale_lr.base_batch_size', 64),
+        (True, 'scaling.base_batch_size', 16),
+    ])
 def test_name_mismatch_warning(base_in_scaling, source, base):
     if base_in_scaling:
         facts = ConfigFacts('x_8xb32-210e_y.py', 32)
@@ -180,13 +182,15 @@ def test_no_name_warning_when_name_agrees():
     assert not any('config name says' in w for w in plan.warnings)
 
 
-@pytest.mark.parametrize('scaling, world_size, measured, per_device, accumulation', [
-    (ScalingConfig(max_batch_per_device=16), 4, None, 16, 8),
-    (ScalingConfig(max_batch_per_device=16), 2, 128, 128, 2),   # measured cap wins
-    (ScalingConfig(max_batch_per_device='auto'), 4, 32, 32, 4),
-    (ScalingConfig(max_batch_per_device='auto'), 4, None, 64, 2),  # 'auto' unmeasured
-    (ScalingConfig(), 1, None, 64, 8),                              # cap = config's batch
-])
+@pytest.mark.parametrize(
+    'scaling, world_size, measured, per_device, accumulation',
+    [
+        (ScalingConfig(max_batch_per_device=16), 4, None, 16, 8),
+        (ScalingConfig(max_batch_per_device=16), 2, 128, 128, 2),  # measured cap wins
+        (ScalingConfig(max_batch_per_device='auto'), 4, 32, 32, 4),
+        (ScalingConfig(max_batch_per_device='auto'), 4, None, 64, 2),  # 'auto' unmeasured
+        (ScalingConfig(), 1, None, 64, 8),  # cap = config's batch
+    ])
 def test_cap(scaling, world_size, measured, per_device, accumulation):
     plan = make_plan(scaling, RECIPE_8XB64, world_size, max_batch_per_device=measured)
     assert (plan.per_device_batch_size, plan.accumulative_counts) == (per_device, accumulation)
@@ -210,23 +214,24 @@ def test_no_small_batch_warning_without_accumulation():
     assert not any('under half the cap' in w for w in plan.warnings)
 
 
-@pytest.mark.parametrize('cap, world, split, global_batch', [
-    (32, 1, (25, 2), 50),     # 50 = 25 × 2: the largest divisor of 50 within the cap
-    (32, 2, (25, 2), 100),    # per device: the global batch follows the world size as always
-    (50, 2, (50, 1), 100),    # at the cap: unchanged
-    (7, 1, (5, 10), 50),
-])
+@pytest.mark.parametrize(
+    'cap, world, split, global_batch',
+    [
+        (32, 1, (25, 2), 50),  # 50 = 25 × 2: the largest divisor of 50 within the cap
+        (32, 2, (25, 2), 100),  # per device: the global batch follows the world size as always
+        (50, 2, (50, 1), 100),  # at the cap: unchanged
+        (7, 1, (5, 10), 50),
+    ])
 def test_per_device_mode_splits_above_the_cap(cap, world, split, global_batch):
     plan = make_plan(ScalingConfig(max_batch_per_device=cap), STORY, world)
     assert plan.mode == 'per_device'
     assert (plan.per_device_batch_size, plan.accumulative_counts) == split
     assert plan.global_batch_size == global_batch
-    assert plan.lr_scale == 1.0    # same samples per step as written
+    assert plan.lr_scale == 1.0  # same samples per step as written
 
 
 def test_per_device_split_uses_a_measured_cap_and_warns_when_far_below_it():
-    plan = make_plan(ScalingConfig(max_batch_per_device='auto'), STORY, 1,
-                     max_batch_per_device=24)
+    plan = make_plan(ScalingConfig(max_batch_per_device='auto'), STORY, 1, max_batch_per_device=24)
     assert (plan.per_device_batch_size, plan.accumulative_counts) == (10, 5)
     assert any('split as per-device batch 10 × accumulation 5' in w and 'cap 24' in w
                for w in plan.warnings)
@@ -247,8 +252,8 @@ def test_scale_iters(value, iter_scale, expected):
     assert scale_iters(value, iter_scale) == expected
 
 
-@pytest.mark.parametrize('value, iter_scale', [(-1, 1.0), (2.5, 1.0), (True, 1.0),
-                                               (10, 0.0), (10, -1.0), (10, float('inf'))])
+@pytest.mark.parametrize('value, iter_scale', [(-1, 1.0), (2.5, 1.0), (True, 1.0), (10, 0.0),
+                                               (10, -1.0), (10, float('inf'))])
 def test_scale_iters_rejects_bad_input(value, iter_scale):
     with pytest.raises(ValueError, match=r'must be a'):
         scale_iters(value, iter_scale)
@@ -281,7 +286,7 @@ def test_describe_exact():
 
 @pytest.mark.parametrize('scaling, world_size, text', [
     (ScalingConfig(global_batch_size=32), 1, 'accumulation 1 = global 32 (the config was '
-                                             'tuned for 512) → LR × 0.0625'),
+     'tuned for 512) → LR × 0.0625'),
     (ScalingConfig(global_batch_size=1024, lr_rule='sqrt'), 4, '→ LR × 1.414'),
     (ScalingConfig(global_batch_size=2048), 8, 'per-GPU batch 64 × 8 GPUs × accumulation 4'),
     (ScalingConfig(global_batch_size=64), 1, 'per-GPU batch 64 × 1 GPU × accumulation 1'),
@@ -334,8 +339,7 @@ def test_invariants(scaling, facts, world_size, measured, global_batch, base, wr
                                                  and not facts.auto_scale_lr_enable):
         assert plan.mode == 'recipe'
         cap = measured or (scaling.max_batch_per_device
-                           if isinstance(scaling.max_batch_per_device, int)
-                           else facts.batch_size)
+                           if isinstance(scaling.max_batch_per_device, int) else facts.batch_size)
         assert plan.per_device_batch_size <= cap
     else:  # the config's samples per device per step are kept
         assert plan.mode == 'per_device'

@@ -7,7 +7,7 @@ from mmddp_ext.scaling.plan import ConfigFacts, make_plan
 from mmddp_ext.scaling.resume import ResumeMismatch, convert_checkpoint, resume_factor
 
 FACTS = ConfigFacts(config_name='x_8xb32.py', batch_size=32, accumulative_counts=1,
-                    auto_scale_lr_base=256, auto_scale_lr_enable=False, lrs=(0.004,))
+                    auto_scale_lr_base=256, auto_scale_lr_enable=False, lrs=(0.004, ))
 
 
 def _plan(world, **scaling):
@@ -33,9 +33,11 @@ def test_other_learning_rates_are_refused():
 
 
 def test_convert_moves_iterations_and_only_iteration_based_schedulers():
-    ckpt = dict(meta=dict(iter=100), param_schedulers=[
-        dict(by_epoch=False, last_step=100, begin=0, end=500),
-        dict(by_epoch=True, last_step=3, milestones=[8])])
+    ckpt = dict(
+        meta=dict(iter=100), param_schedulers=[
+            dict(by_epoch=False, last_step=100, begin=0, end=500),
+            dict(by_epoch=True, last_step=3, milestones=[8])
+        ])
     changes = convert_checkpoint(ckpt, 2.0)
     assert ckpt['meta']['iter'] == 200
     assert ckpt['param_schedulers'][0] == dict(by_epoch=False, last_step=200)

@@ -19,7 +19,7 @@ def test_finds_the_largest_fitting_batch_within_the_trial_bound(upper):
         tried = []
         result = search_max_batch(upper, lambda b: tried.append(b) or b <= limit)
         assert result.max_batch == limit
-        assert tried[0] == upper                      # the common case costs one trial
+        assert tried[0] == upper  # the common case costs one trial
         assert len(tried) <= max_trials(upper) <= math.ceil(math.log2(upper)) + 2
         assert [t.batch for t in result.trials] == tried
         assert [t.fits for t in result.trials] == [b <= limit for b in tried]
@@ -31,8 +31,7 @@ def test_every_rank_follows_the_same_path_given_the_agreed_answers():
     paths = {}
     for rank in limits:
         seen = []
-        res = search_max_batch(64, lambda b: seen.append(b) or all(b <= v for v in
-                                                                   limits.values()))
+        res = search_max_batch(64, lambda b: seen.append(b) or all(b <= v for v in limits.values()))
         paths[rank] = (seen, res.max_batch)
     assert paths[0] == paths[1] and paths[0][1] == 23
 
@@ -53,8 +52,9 @@ def test_bad_upper_is_named(bad):
 
 
 def test_result_round_trips_through_json_dict():
-    result = SearchResult(12, 32, (Trial(32, False, 1.5), Trial(16, False, 0.5),
-                                   Trial(8, True, 0.25), Trial(12, True, 0.3)))
+    result = SearchResult(
+        12, 32,
+        (Trial(32, False, 1.5), Trial(16, False, 0.5), Trial(8, True, 0.25), Trial(12, True, 0.3)))
     assert SearchResult.from_dict(result.to_dict()) == result
 
 
@@ -66,8 +66,13 @@ def test_cache_key_is_stable_and_changes_with_what_matters():
 
 
 # per case: (limit of rank 0, limit of rank 1), the largest batch that fits on that rank alone
-RANK_LIMITS = {'rank1_lower': [40, 23], 'rank0_lower': [23, 40], 'equal': [17, 17],
-               'rank1_fits_nothing': [64, 0], 'both_fit_upper': [64, 100]}
+RANK_LIMITS = {
+    'rank1_lower': [40, 23],
+    'rank0_lower': [23, 40],
+    'equal': [17, 17],
+    'rank1_fits_nothing': [64, 0],
+    'both_fit_upper': [64, 100]
+}
 UPPER = 64
 
 
@@ -75,9 +80,13 @@ UPPER = 64
 def two_ranks(tmp_path_factory):
     """``tests/helpers/agreement_ranks.py`` under torchrun, 2 gloo processes: ``{rank: record}``."""
     out = str(tmp_path_factory.mktemp('agree'))
-    check_ok(run([PYTHON, '-m', 'torch.distributed.run', '--nproc_per_node', '2',
-                  '--standalone', 'tests/helpers/agreement_ranks.py', out, str(UPPER),
-                  json.dumps(RANK_LIMITS)], timeout=300))
+    check_ok(
+        run([
+            PYTHON, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--standalone',
+            'tests/helpers/agreement_ranks.py', out,
+            str(UPPER),
+            json.dumps(RANK_LIMITS)
+        ], timeout=300))
     return {r: json.load(open(osp.join(out, f'rank{r}.json'))) for r in (0, 1)}
 
 
@@ -96,7 +105,7 @@ def test_search_through_the_agreement_takes_the_lowest_limit(two_ranks, case):
     lowest = min(min(RANK_LIMITS[case]), UPPER)
     results = [two_ranks[r]['search'][case] for r in (0, 1)]
     assert results[0]['max_batch'] == results[1]['max_batch'] == lowest
-    assert results[0]['trials'] == results[1]['trials']          # the same path on both
+    assert results[0]['trials'] == results[1]['trials']  # the same path on both
     trials = results[0]['trials']
     assert trials[0][0] == UPPER and len(trials) <= 1 + math.ceil(math.log2(UPPER))
     for batch, agreed in trials:

@@ -5,8 +5,8 @@ import torch
 from mmddp_ext.utils.batch import batch_length, micro_batch_sizes, split_batch
 
 
-@pytest.mark.parametrize('batch, parts, sizes', [
-    (10, 4, [3, 3, 2, 2]), (16, 2, [8, 8]), (3, 8, [1, 1, 1]), (1, 1, [1]), (7, 1, [7])])
+@pytest.mark.parametrize('batch, parts, sizes', [(10, 4, [3, 3, 2, 2]), (16, 2, [8, 8]),
+                                                 (3, 8, [1, 1, 1]), (1, 1, [1]), (7, 1, [7])])
 def test_micro_batch_sizes(batch, parts, sizes):
     assert micro_batch_sizes(batch, parts) == sizes and sum(sizes) == batch
 
@@ -19,7 +19,7 @@ def test_split_batch_slices_sample_lists_and_tensors_alike():
     assert parts[1]['data_samples'] == ['s3', 's4'] and parts[1]['meta'] == 'kept'
     stacked = dict(inputs=torch.arange(10).reshape(5, 2), data_samples=list('abcde'))
     first, second = split_batch(stacked, 2)
-    assert first['inputs'].tolist() == [[0, 1], [2, 3], [4, 5]] and second['data_samples'] == [
-        'd', 'e']
+    assert first['inputs'].tolist() == [[0, 1], [2, 3], [4, 5]
+                                        ] and second['data_samples'] == ['d', 'e']
     with pytest.raises(ValueError, match='cannot split a batch of type int'):
         split_batch(3, 2)

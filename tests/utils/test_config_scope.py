@@ -22,8 +22,8 @@ def test_base_config_resolves_through_package_scope(tmp_path):
                         "train_cfg = dict(max_epochs=3)\n")
     cfg = Config.fromfile(str(cfg_file))
     assert cfg.custom_imports == dict(imports=['mmddp_ext'], allow_failed_imports=False)
-    assert cfg.model.backbone.depth == 50          # from the mmpose base
-    assert cfg.train_cfg.max_epochs == 3           # the child's override
+    assert cfg.model.backbone.depth == 50  # from the mmpose base
+    assert cfg.train_cfg.max_epochs == 3  # the child's override
 
 
 def test_relative_base_path_alternative(tmp_path):

@@ -43,8 +43,8 @@ param_scheduler = [
 auto_scale_lr = dict(enable=False, base_batch_size=4)
 
 default_hooks = dict(
-    logger=dict(interval=10),
-    checkpoint=dict(interval=3, max_keep_ckpts=2, save_best='coco/bbox_mAP', rule='greater'))
+    logger=dict(interval=10), checkpoint=dict(interval=3, max_keep_ckpts=2,
+                                              save_best='coco/bbox_mAP', rule='greater'))
 
 train_pipeline = [
     dict(type='LoadImageFromFile'),
@@ -62,25 +62,14 @@ test_pipeline = [
 ]
 
 train_dataloader = dict(
-    batch_size=4,
-    num_workers=2,
-    dataset=dict(
-        data_root=data_root,
-        metainfo=metainfo,
-        ann_file='annotations/train.json',
-        data_prefix=dict(img='train/'),
-        pipeline=train_pipeline))
+    batch_size=4, num_workers=2,
+    dataset=dict(data_root=data_root, metainfo=metainfo, ann_file='annotations/train.json',
+                 data_prefix=dict(img='train/'), pipeline=train_pipeline))
 val_dataloader = dict(
-    batch_size=8,
-    num_workers=2,
-    dataset=dict(
-        data_root=data_root,
-        metainfo=metainfo,
-        ann_file='annotations/val.json',
-        data_prefix=dict(img='val/'),
-        pipeline=test_pipeline))
+    batch_size=8, num_workers=2,
+    dataset=dict(data_root=data_root, metainfo=metainfo, ann_file='annotations/val.json',
+                 data_prefix=dict(img='val/'), pipeline=test_pipeline))
 test_dataloader = val_dataloader
 
-val_evaluator = dict(type='CocoMetric', ann_file=data_root + 'annotations/val.json',
-                     metric='bbox')
+val_evaluator = dict(type='CocoMetric', ann_file=data_root + 'annotations/val.json', metric='bbox')
 test_evaluator = val_evaluator
