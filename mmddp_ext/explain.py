@@ -25,6 +25,7 @@ from .runner.ddp_runner import plans
 from .runner.trials import measure_steps
 from .scaling.apply import apply_plan, plan_for_config, scaling_of
 from .scaling.plan import ScalingPlan
+from .scaling.report import plan_table
 from .utils.units import MIB
 
 JSON_KEYS = ('world_size', 'per_device_batch_size', 'accumulative_counts', 'global_batch_size',
@@ -71,16 +72,14 @@ def render(info: Dict[str, Any], as_json: bool) -> str:
             out['memory'] = info['memory_forecast'].to_dict()
         return json.dumps(out, default=str)
     launch = info['launch']
+    before = [('launch', f'{info["world_size"]} process(es), launcher {launch["launcher"]}' +
+               (f', master {launch["master"]}' if launch['master'] else ''))]
+    after = [('loop', f'{info["train_loop"]}, max_epochs {info["max_epochs"]}, max_iters '
+              f'{info["max_iters"]}')]
     lines = [
-        f'launch: {info["world_size"]} process(es), launcher {launch["launcher"]}' +
-        (f', master {launch["master"]}' if launch['master'] else ''), f'plan: {info["describe"]}',
-        f'mode: {info["mode"]} (lr_rule {info["lr_rule"]}, schedule {info["schedule"]})',
-        f'learning rates: {", ".join(f"{lr:.6g}" for lr in info["lrs"]) or "-"}',
-        f'loop: {info["train_loop"]}, max_epochs {info["max_epochs"]}, max_iters '
-        f'{info["max_iters"]}; iteration quantities × {info["iter_scale"]:g}'
+        plan_table(
+            ScalingPlan.from_dict(info), info['changes'], before, after, warnings=info['warnings'])
     ]
-    lines += [f'changed: {c}' for c in info['changes']]
-    lines += [f'warning: {w}' for w in info['warnings']]
     if info.get('memory_forecast') is not None:
         lines += render_forecast(info['memory_forecast'])
     return '\n'.join(lines)

@@ -39,5 +39,5 @@ def test_explain_accepts_a_registered_subclass_of_ddprunner(capsys):
     ])
     out = capsys.readouterr().out
     assert code == 0
-    assert 'plan: per-GPU batch 16 × 2 GPUs × accumulation 1 = global 32' in out
-    assert 'warning: runner_type' not in out
+    assert 'plan            per-GPU batch 16 × 2 GPUs × accumulation 1 = global 32' in out
+    assert 'runner_type' not in out

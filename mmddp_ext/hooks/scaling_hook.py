@@ -1,31 +1,14 @@
 """``ScalingHook``: show the scaling plan, keep it in checkpoints, reconcile it on resume, and
 report (and remember) a step down of the per-device batch during training."""
 import math
-from typing import List, Optional
 
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-from ..scaling.plan import ScalingPlan
+from ..scaling.report import plan_table
 from ..scaling.resume import convert_checkpoint, resume_factor
 
 META_KEY = 'scaling_plan'
-
-
-def plan_table(plan: ScalingPlan, changes: Optional[List[str]] = None) -> str:
-    """The plan as a small table for the log."""
-    rows = [
-        ('plan', plan.describe()),
-        ('mode', f'{plan.mode} (lr_rule {plan.lr_rule}, schedule {plan.schedule})'),
-        ('learning rates', ', '.join(f'{lr:.6g}' for lr in plan.lrs) or '(none in config)'),
-        ('iterations', f'× {plan.iter_scale:g}: {plan.samples_per_iter} samples per iteration '
-         f'now, {plan.reference_samples_per_iter} as written for '
-         f'{plan.reference_world_size} device(s)'),
-    ]
-    rows += [('changed', c) for c in (changes or [])]
-    rows += [('warning', w) for w in plan.warnings]
-    width = max(len(k) for k, _ in rows)
-    return '\n'.join(['mmddp_ext scaling plan'] + [f'  {k:<{width}}  {v}' for k, v in rows])
 
 
 @HOOKS.register_module()

@@ -22,8 +22,8 @@ import re
 import resource
 from typing import Any, List, Mapping, Optional, Tuple
 
-from ..scaling.plan import best_split
 from ..scaling.search import MARGIN
+from ..scaling.split import best_split
 from ..utils.units import GIB, MIB, format_mib
 
 OOM_PATTERNS = ('out of memory', 'OutOfMemoryError', "can't allocate memory", 'DefaultCPUAllocator',

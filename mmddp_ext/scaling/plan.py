@@ -4,7 +4,9 @@ MMEngine's ``train_dataloader.batch_size`` is *per device*: moving a config from
 silently doubles the global batch. :func:`make_plan` combines the user's ``scaling`` block
 (:class:`~mmddp_ext.scaling.config.ScalingConfig`) with plain facts read from the MMEngine
 config (:class:`ConfigFacts`) and the world size into a :class:`ScalingPlan`. Reading the
-config and applying the plan happen elsewhere; this module is pure standard library.
+config and applying the plan happen elsewhere (:mod:`~mmddp_ext.scaling.apply`), how a global
+batch splits over devices is :mod:`~mmddp_ext.scaling.split`, the plan as a table is
+:mod:`~mmddp_ext.scaling.report`; this module is pure standard library.
 
 Worked example: an ``8xb64`` config (``batch_size=64``, base batch 512) trained on 1 GPU
 gives per-device 64, accumulation 8, global 512, LR × 1.0. The config as written sees
@@ -19,13 +21,13 @@ semantics: no world size reproduces it, and as a recipe it would change the epoc
 LR of a config MMEngine runs as written. ``scaling.global_batch_size`` / ``base_batch_size``
 still mean what they say.
 """
-import itertools
 import math
 import re
 from dataclasses import dataclass, fields
 from typing import Any, Dict, List, Optional, Tuple
 
 from .config import ScalingConfig, check_size, is_positive_int
+from .split import best_split, not_divisible, small_batch_warning
 
 _NAME_TOKEN = re.compile(r'(\d+)xb(\d+)')
 _LR_RULES = {'linear': lambda x: x, 'sqrt': math.sqrt, 'none': lambda x: 1.0}
@@ -109,6 +111,12 @@ class ScalingPlan:
             out[field.name] = list(value) if isinstance(value, tuple) else value
         return out
 
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> 'ScalingPlan':
+        """The plan back from :meth:`to_dict` (lists become tuples; other keys are ignored)."""
+        values = {f.name: data[f.name] for f in fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
     def describe(self) -> str:
         """One line, e.g. ``per-GPU batch 64 × 2 GPUs × accumulation 4 = global 512 (the
         config was tuned for 512) → LR × 1.0``."""
@@ -174,54 +182,6 @@ def scale_iters(value: int, iter_scale: float) -> int:
     return max(1, math.floor(round(value * iter_scale, 9) + 0.5))
 
 
-def best_split(global_batch: int, world_size: int, cap: int) -> Optional[Tuple[int, int]]:
-    """``(per_device, accumulation)`` with the smallest accumulation, or None if the global
-    batch is not divisible by ``world_size``."""
-    if global_batch % world_size:
-        return None
-    per_rank = global_batch // world_size
-    per_device = next(d for d in range(min(cap, per_rank), 0, -1) if per_rank % d == 0)
-    return per_device, per_rank // per_device
-
-
-def _not_divisible(global_batch: int, world_size: int, source: str) -> ValueError:
-    """The error for a global batch that ``world_size`` devices cannot share evenly."""
-    below = global_batch // world_size * world_size
-    above = below + world_size
-    if below == 0:
-        options, nearest = f'{above}', above
-    else:
-        options = f'{below} or {above}'
-        nearest = below if global_batch - below <= above - global_batch else above
-    what = (f'{source}={global_batch}' if source == 'scaling.global_batch_size' else
-            f'the global batch {global_batch} (from {source})')
-    return ValueError(f'{what} is not divisible by world_size {world_size}: use {options} '
-                      f'(--cfg-options scaling.global_batch_size={nearest})')
-
-
-def _small_batch_warning(global_batch: int, world_size: int, cap: int, split: Tuple[int, int],
-                         warnings: List[str]) -> None:
-    """Warn when accumulation forces a per-device batch under half the cap."""
-    per_device, accumulation = split
-    if accumulation == 1 or 2 * per_device >= cap:
-        return
-
-    def good(g: int) -> bool:
-        return g % world_size == 0 and 2 * best_split(g, world_size, cap)[0] >= cap
-
-    below = next((g for g in range(global_batch - world_size, 0, -world_size) if good(g)), None)
-    above = next(g for g in itertools.count(global_batch + world_size, world_size) if good(g))
-    options = [g for g in (below, above) if g is not None]
-    nearest = min(options, key=lambda g: (abs(g - global_batch), g))
-    splits = [(g, best_split(g, world_size, cap)) for g in options]
-    described = ' or '.join(f'{g} (per-device {s[0]} × accumulation {s[1]})' for g, s in splits)
-    warnings.append(
-        f'per-device batch {per_device} × accumulation {accumulation} (global {global_batch} '
-        f'on {world_size} devices) is under half the cap {cap}, so each optimizer step runs '
-        f'{accumulation} small micro-batches: a global size such as {described} fits the cap '
-        f'better (--cfg-options scaling.global_batch_size={nearest})')
-
-
 def _resolve_base(scaling: ScalingConfig, facts: ConfigFacts) -> Tuple[Optional[int], str]:
     """The base batch size and the name of where it came from."""
     if scaling.base_batch_size is not None:
@@ -272,8 +232,8 @@ def _recipe_split(scaling: ScalingConfig, facts: ConfigFacts, world_size: int,
     cap = _resolve_cap(scaling, facts, measured)
     split = best_split(global_batch, world_size, cap)
     if split is None:
-        raise _not_divisible(global_batch, world_size, source)
-    _small_batch_warning(global_batch, world_size, cap, split, warnings)
+        raise not_divisible(global_batch, world_size, source)
+    small_batch_warning(global_batch, world_size, cap, split, warnings)
     return split
 
 
