@@ -23,6 +23,7 @@ from typing import Dict, List, Sequence, Tuple
 import cv2
 import numpy as np
 
+from ..utils.checks import is_positive_int
 from ..utils.io import atomic_write_text
 
 KEYPOINT_NAMES = ('nose', 'left_eye', 'right_eye', 'left_ear', 'right_ear', 'left_shoulder',
@@ -145,7 +146,7 @@ def write_annotations(out_dir: str, split: str, coco: Dict) -> str:
 def check_sizes(num_train: int, num_val: int, size: int, what: str) -> None:
     """ValueError naming the argument unless counts and size are positive ints, size >= 32."""
     for name, value in (('num_train', num_train), ('num_val', num_val), ('size', size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        if not is_positive_int(value):
             raise ValueError(f'{name} must be a positive integer, got {value!r}')
     if size < 32:
         raise ValueError(f'size={size} is too small to draw {what}; use 32 or more')

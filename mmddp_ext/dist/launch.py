@@ -21,12 +21,13 @@ import time
 from datetime import timedelta
 from typing import Any, Callable, Optional, Sequence, Tuple
 
+from ..utils.checks import positive_int
 from .env import DistEnv, DistEnvError, choose_backend
 from .run_front import (DEFAULT_LOG_EVERY, DEFAULT_TIMEOUT, IFNAME_VARS, LOG_EVERY_ENV, TIMEOUT_ENV,
-                        find_free_port, is_loopback, listen_on, loopback_store,
-                        pin_loopback_interfaces, port_free, port_in_use_message, seconds_from_env,
-                        unreachable_causes, wait_for_listener)
+                        find_free_port, is_loopback, listen_on)
 from .run_front import log as _log
+from .run_front import (loopback_store, pin_loopback_interfaces, port_free, port_in_use_message,
+                        seconds_from_env, unreachable_causes, wait_for_listener)
 
 RENDEZVOUS_TIMEOUT_ENV = TIMEOUT_ENV
 DEFAULT_RENDEZVOUS_TIMEOUT = DEFAULT_TIMEOUT
@@ -222,8 +223,7 @@ def launch_workers(main_func: Callable[..., Any], argv: Sequence[str] = (), npro
     import uuid
 
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-    if not isinstance(nproc_per_node, int) or nproc_per_node < 1:
-        raise ValueError(f'nproc_per_node={nproc_per_node!r} must be a positive integer')
+    positive_int('nproc_per_node', nproc_per_node, 'a positive integer')
     if nnodes > 1 and master_port is None:
         raise ValueError(f'nnodes={nnodes} needs an explicit master_port shared by all nodes')
     store, saved = None, {var: os.environ.get(var) for var in IFNAME_VARS}

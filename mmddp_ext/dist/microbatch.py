@@ -6,10 +6,10 @@ Selected by ``scaling.on_oom='microbatch'``, and by default with
 weights on every rank, gradients averaged over ranks before each optimizer step) without DDP's
 reducer, so it needs no more memory than DDP with ``gradient_as_bucket_view=True``: one copy of
 the gradients, and no buckets. In a single process it guards the step the same way, with no
-collective. A plain DDP step cannot be redone: its backward pass starts gradient all-reduces bucket by
-bucket, so a rank that runs out of memory half-way leaves the others waiting in a collective it
-never joins (on gloo: ``collective mismatch``, then an abort). This wrapper orders a step so
-that the ranks agree *before* any collective of the step:
+collective. A plain DDP step cannot be redone: its backward pass starts gradient all-reduces
+bucket by bucket, so a rank that runs out of memory half-way leaves the others waiting in a
+collective it never joins (on gloo: ``collective mismatch``, then an abort). This wrapper orders
+a step so that the ranks agree *before* any collective of the step:
 
 1. forward and backward of each micro-batch run on the inner model, with no collective;
    gradients add up locally (the loss of a micro-batch of ``m`` of ``B`` samples is weighted
@@ -36,9 +36,9 @@ import torch.distributed as dist
 from mmengine.logging import print_log
 from mmengine.registry import MODEL_WRAPPERS
 
-from ..memory.budget import ranks_out_of_memory, release_memory
-from ..memory.oom import is_oom_error
+from ..memory.oom import is_oom_error, release_memory
 from ..utils.batch import batch_length, split_batch
+from .agree import ranks_out_of_memory
 
 CHUNK_BYTES = 25 * 2**20
 

@@ -225,6 +225,7 @@ def loopback_store(host: str, port: int, timeout: float):
     from datetime import timedelta
 
     import torch.distributed as dist
+
     # the store owns (and closes) the listening socket from here on
     store = dist.TCPStore(host, port, 1, True, timedelta(seconds=timeout), wait_for_workers=False,
                           multi_tenant=True, master_listen_fd=sock.detach())

@@ -10,6 +10,7 @@ from mmengine.registry import HOOKS
 
 from ..memory.stats import MemoryReader, MemorySample
 from ..memory.stray import DeviceTable, GpuProcess, RankIdentity, find_stray
+from ..utils.checks import positive_int
 from ..utils.units import MIB, format_mib
 
 SCALAR_KEYS = ('allocated', 'reserved', 'peak_allocated', 'device_used', 'rss', 'peak_rss')
@@ -69,10 +70,8 @@ class RankMemoryHook(Hook):
     priority = 'NORMAL'
 
     def __init__(self, interval: int = 50, stray_check: bool = True, plot: bool = True) -> None:
-        if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
-            raise ValueError(f'RankMemoryHook interval={interval!r} must be a positive integer '
-                             '(iterations between samples), e.g. interval=50')
-        self.interval = interval
+        self.interval = positive_int('RankMemoryHook interval', interval, 'a positive integer',
+                                     ' (iterations between samples), e.g. interval=50')
         self.stray_check = stray_check
         self.plot = plot
         self.reader: Optional[MemoryReader] = None

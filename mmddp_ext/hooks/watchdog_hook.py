@@ -13,6 +13,7 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from ..progress import launch_report_path, progress_path, ranks_dir, stacks_path, write_progress
+from ..utils.checks import positive_number
 
 
 def watchdog_bound(iter_seconds: Sequence[float], timeout: Optional[float], factor: float,
@@ -32,12 +33,12 @@ def watchdog_bound(iter_seconds: Sequence[float], timeout: Optional[float], fact
 
 
 def _positive(name: str, value: Any, allow_none: bool = False) -> None:
+    """ValueError unless ``value`` is a number above 0 (or None, when ``allow_none``)."""
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValueError(f'HangWatchdogHook {name}={value!r} must be a positive number of '
-                         f'{"iterations" if name == "window" else "seconds"}' +
-                         (' or None (automatic)' if allow_none else ''))
+    unit = 'iterations' if name == 'window' else 'seconds'
+    positive_number(f'HangWatchdogHook {name}', value, f'a positive number of {unit}',
+                    ' or None (automatic)' if allow_none else '', finite=False)
 
 
 @HOOKS.register_module()

@@ -1,6 +1,6 @@
-"""A per-rank memory budget; agreeing on out-of-memory errors across ranks, and releasing what
-a failed attempt left. Which errors are out-of-memory errors is decided in one place,
-:mod:`mmddp_ext.memory.oom`.
+"""A per-rank memory budget. Which errors are out-of-memory errors, and releasing what a failed
+attempt left, is :mod:`mmddp_ext.memory.oom`; the ranks agree on a failure with
+:func:`mmddp_ext.dist.agree.ranks_out_of_memory`.
 
 ``scaling.memory_budget_mib`` makes running out of memory real and repeatable:
 
@@ -21,15 +21,13 @@ a failed attempt left. Which errors are out-of-memory errors is decided in one p
 """
 import ctypes
 import ctypes.util
-import gc
 import os
 import resource
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Optional
 
 import psutil
 import torch
-from mmengine.dist import all_gather
 
 from ..utils.units import MIB
 
@@ -47,21 +45,6 @@ class Budget:
     device: str
     nbytes: int
     how: str
-
-
-def ranks_out_of_memory(ok: bool) -> List[int]:
-    """The ranks that ran out of memory, from every rank's ``ok``: the same list on every
-    rank. All ranks must call this (one all-gather; no-op when not distributed)."""
-    flags = all_gather(torch.tensor([0 if ok else 1], dtype=torch.int64))
-    return [rank for rank, flag in enumerate(flags) if flag.item()]
-
-
-def release_memory(device: torch.device) -> None:
-    """Release what a failed attempt left: reference cycles through its traceback's frames
-    and, on a GPU, the caching allocator's free blocks."""
-    gc.collect()
-    if device.type == 'cuda':
-        torch.cuda.empty_cache()
 
 
 M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc's mallopt parameter numbers

@@ -1,4 +1,5 @@
-"""Out-of-memory errors: the one classifier, and what per-device batch would fit.
+"""Out-of-memory errors: the one classifier, releasing what a failed attempt left, and what
+per-device batch would fit.
 
 :func:`is_oom_error` (a live exception) and :func:`is_oom` (a failure record's type and
 message) are the only out-of-memory predicates of the package: the batch finder,
@@ -68,6 +69,16 @@ def is_oom_error(exc: BaseException) -> bool:
             return True
         exc = exc.__cause__ or exc.__context__
     return False
+
+
+def release_memory(device: Any) -> None:
+    """Release what a failed attempt left: reference cycles through its traceback's frames
+    and, on a GPU (``device``, a ``torch.device``), the caching allocator's free blocks."""
+    import gc
+    gc.collect()
+    if device.type == 'cuda':
+        import torch
+        torch.cuda.empty_cache()
 
 
 def requested_bytes(message: str) -> Optional[int]:

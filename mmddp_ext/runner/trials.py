@@ -20,10 +20,10 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import MODEL_WRAPPERS, MODELS, init_default_scope
 from mmengine.runner import Runner
 
+from ..dist.agree import ranks_out_of_memory
 from ..dist.wrapper import batchnorm_for_cpu
 from ..errors import ScalingError
-from ..memory.budget import ranks_out_of_memory, release_memory
-from ..memory.oom import is_oom_error
+from ..memory.oom import is_oom_error, release_memory
 
 
 def _samples(cfg: Any, count: int) -> tuple:

@@ -12,17 +12,14 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
+from ..utils.checks import is_positive_int  # also imported from here by other modules
+
 SCALING_KEYS = ('global_batch_size', 'max_batch_per_device', 'base_batch_size', 'lr_rule',
                 'schedule', 'memory_budget_mib', 'on_oom')
 LR_RULES = ('linear', 'sqrt', 'none')
 SCHEDULES = ('keep_samples', 'keep_iters')
 ON_OOM = ('raise', 'microbatch')
 AUTO = 'auto'
-
-
-def is_positive_int(value: Any) -> bool:
-    """Whether ``value`` is an ``int`` (not a ``bool``) that is at least 1."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _size_fix(key: str, value: Any) -> str:

@@ -18,6 +18,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
+from ..utils.checks import positive_int
+
 CACHE_FILE = 'batch_probe.json'
 MARGIN = 0.1
 
@@ -92,9 +94,7 @@ def search_max_batch(upper: int, fits: Callable[[int], bool],
     Raises:
         ValueError: if ``upper`` is not a positive int.
     """
-    if not isinstance(upper, int) or isinstance(upper, bool) or upper < 1:
-        raise ValueError(f'upper={upper!r} must be a positive int: the largest per-device '
-                         f'batch worth trying, e.g. 64')
+    positive_int('upper', upper, hint=': the largest per-device batch worth trying, e.g. 64')
     trials: List[Trial] = []
 
     def run(batch: int) -> bool:

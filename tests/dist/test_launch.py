@@ -9,9 +9,10 @@ import time
 
 import pytest
 
+from mmddp_ext.dist.launch import find_free_port
+
 from conftest import (DEMO_CONFIG, PYTHON, check_ok, demo_options, finish, popen, read_records,
                       recording_config, run)
-from mmddp_ext.dist.launch import find_free_port
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,9 @@ import torch.distributed as dist
 from mmengine.model import BaseModel
 from mmengine.optim import OptimWrapper
 
-from conftest import PYTHON, check_ok, run
 from mmddp_ext.dist.microbatch import MicrobatchDDP
+
+from conftest import PYTHON, check_ok, run
 
 
 class FitsUpTo(BaseModel):

@@ -15,9 +15,10 @@ import time
 import psutil
 import pytest
 
-from conftest import DEMO_CONFIG, PYTHON, demo_options, finish, popen, run
 from mmddp_ext.dist import run_front
 from mmddp_ext.dist.launch import find_free_port
+
+from conftest import DEMO_CONFIG, PYTHON, demo_options, finish, popen, run
 
 HANG_GUARD = 600
 TIMEOUT, LOG_EVERY = 8, 2  # the rendezvous bound and the log interval the tests set
@@ -70,6 +71,7 @@ def test_loopback_interfaces_are_pinned_only_where_unset():
 
 def test_failure_records_first_seen_first():
     from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
     # the agent inserts the failure it saw first; the rank it stopped itself comes after it,
     # within the same second
     failures = {

@@ -128,3 +128,27 @@ def test_cpu_advice_halves_and_names_every_way_out():
     assert 'scaling.max_batch_per_device=16' in lines[2]
     assert 'scaling.max_batch_per_device=auto' in lines[3] and 'on_oom=microbatch' in lines[3]
     assert 'gradient_as_bucket_view is off' in lines[4]
+
+
+def test_release_memory_collects_what_a_failed_attempt_left_in_cycles():
+    import gc
+    import weakref
+
+    import torch
+
+    from mmddp_ext.memory.oom import release_memory
+
+    class Frame:  # a traceback's frames reference each other: a cycle holding a tensor
+        pass
+
+    a, b = Frame(), Frame()
+    a.other, b.other, a.tensor = b, a, torch.zeros(1024)
+    alive = weakref.ref(a)
+    gc.disable()  # only release_memory may collect here
+    try:
+        del a, b
+        assert alive() is not None
+        release_memory(torch.device('cpu'))
+        assert alive() is None
+    finally:
+        gc.enable()
