@@ -16,8 +16,8 @@ from torch.distributed.elastic.multiprocessing.errors import get_error_handler, 
 from .checkpoint import UNSAFE_ENV
 from .cli import build_parser, default_work_dir, parse_args  # noqa: F401  (the entry's API)
 from .dist.env import DistEnv, read_dist_env, threads_per_process
-from .dist.launch import init_distributed, launch_workers, pin_device, shutdown
-from .dist.wrapper import ddp_wrapper_cfg
+from .dist.launch import ensure_process_group, launch_workers, shutdown
+from .dist.wrapper import model_wrapper_for
 from .errors import UserError
 from .failures import clear_failure, record_failure
 from .scaling.apply import check_runtime_for_config, plan_for_config, scaling_of
@@ -26,7 +26,6 @@ from .utils.config import load_config
 
 def build_config(args: argparse.Namespace, env: Optional[DistEnv] = None) -> Config:
     """Load the config and apply the command-line switches, as MMPose's train.py does."""
-    import torch
     env = env or DistEnv()
     cfg = load_config(args.config, args.cfg_options)
     cfg.launcher = env.launcher
@@ -43,8 +42,6 @@ def build_config(args: argparse.Namespace, env: Optional[DistEnv] = None) -> Con
         cfg.auto_scale_lr.enable = True
     if args.unsafe_load or cfg.get('unsafe_load', False):
         os.environ[UNSAFE_ENV] = '1'  # read by the checkpoint loader, in every rank
-    if env.distributed:
-        cfg.model_wrapper_cfg = ddp_wrapper_cfg(cfg, torch.cuda.is_available(), env.local_rank)
     return cfg
 
 
@@ -143,11 +140,11 @@ def _train(args: argparse.Namespace, env: DistEnv) -> None:
             notes.append(f'threads per process: {threads} ({os.cpu_count()} cores shared by '
                          f'{env.local_world_size} processes on this node; OMP_NUM_THREADS '
                          f'was not set; set it to choose)')
-        if env.distributed:
-            dist_cfg = cfg.get('env_cfg', {}).get('dist_cfg', {})
-            backend, warning = init_distributed(env, dist_cfg.get('backend'),
-                                                dist_cfg.get('timeout'))
-            notes += [f'process group: {backend}'] + ([warning] if warning else [])
+        from .runner.ddp_runner import plans
+        if env.distributed and not plans(cfg.get('runner_type')):
+            # a stock runner: the lean DDP wrapper (DDPRunner decides its own in from_cfg)
+            cfg.model_wrapper_cfg = model_wrapper_for(cfg, distributed=True)
+        notes += ensure_process_group(env.launcher, cfg.get('env_cfg', {}).get('dist_cfg'), env)
         runner = build_runner(cfg)
         for note in notes:
             print_log(f'[mmddp_ext] {note}', logger='current')
@@ -190,8 +187,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.explain:
             return _explain(args)
         env = read_dist_env(os.environ, args.launcher, num_gpus=_visible_gpus())
-        if env.distributed:
-            pin_device(env.local_rank)  # before any CUDA work
         _train(args, env)
     except UserError as e:
         print(f'[mmddp_ext] error: {e}', file=sys.stderr, flush=True)

@@ -19,10 +19,10 @@ the Runner is built (``Runner.setup_env`` then skips its own ``init_dist``):
 import os
 import time
 from datetime import timedelta
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from ..utils.checks import positive_int
-from .env import DistEnv, DistEnvError, choose_backend
+from .env import DistEnv, DistEnvError, choose_backend, read_dist_env
 from .run_front import (DEFAULT_LOG_EVERY, DEFAULT_TIMEOUT, IFNAME_VARS, LOG_EVERY_ENV, TIMEOUT_ENV,
                         find_free_port, is_loopback, listen_on)
 from .run_front import log as _log
@@ -178,6 +178,33 @@ def init_distributed(env: DistEnv, backend: Optional[str] = None,
     else:
         dist.init_process_group(store=_rendezvous(env, rendezvous_timeout()), **kwargs)
     return backend, warning
+
+
+def ensure_process_group(launcher: str, dist_cfg: Optional[dict] = None,
+                         env: Optional[DistEnv] = None) -> List[str]:
+    """The one way a run starts its process group: unless the run is not distributed
+    (``launcher == 'none'``) or a group exists already, pin this rank's GPU and initialise the
+    group (:func:`init_distributed`). Every entry point calls it before any CUDA work:
+    ``tools/dist_train.py`` before it builds the runner (so MMEngine's CUDA-only ``init_dist``
+    never runs), :class:`~mmddp_ext.runner.DDPRunner` when built from another entry point
+    (MMPose's or MMDetection's ``tools/train.py``, ``Runner.from_cfg`` in a script).
+
+    Args:
+        launcher: The config's ``launcher``.
+        dist_cfg: ``env_cfg.dist_cfg`` (``backend``, ``timeout`` in seconds).
+        env: The launcher's environment, when the caller read it already.
+
+    Returns:
+        Lines for the log (the backend, a warning about it), empty when nothing was done.
+    """
+    import torch.distributed as dist
+    if launcher == 'none' or (dist.is_available() and dist.is_initialized()):
+        return []
+    dist_cfg = dist_cfg or {}
+    backend, warning = init_distributed(
+        env or read_dist_env(os.environ, launcher), dist_cfg.get('backend'),
+        dist_cfg.get('timeout'))
+    return [f'process group: {backend}'] + ([warning] if warning else [])
 
 
 def shutdown() -> None:

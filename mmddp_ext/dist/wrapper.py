@@ -1,7 +1,9 @@
 """The DDP wrapper config: lean defaults under the config's own ``model_wrapper_cfg``."""
 import functools
 import inspect
-from typing import Any
+import logging
+import os
+from typing import Any, Optional
 
 from ..errors import ScalingError
 
@@ -51,6 +53,34 @@ def ddp_wrapper_cfg(cfg: Any, cuda: bool, local_rank: int, on_oom: str = 'raise'
         key = 'broadcast_buffers' if wrapper['type'] == 'MicrobatchDDP' else buffer_sync_key()
         wrapper[key] = False
     return wrapper
+
+
+def model_wrapper_for(cfg: Any, distributed: bool, on_oom: str = 'raise',
+                      guard_by_default: bool = False) -> Optional[dict]:
+    """The ``model_wrapper_cfg`` a run builds; the one place it is decided, for every runner.
+
+    Distributed: the lean DDP wrapper (:func:`ddp_wrapper_cfg`, this rank's ``LOCAL_RANK``).
+    Steps guarded against running out of memory (``on_oom='microbatch'``, the default with
+    ``max_batch_per_device='auto'``): :class:`~mmddp_ext.dist.microbatch.MicrobatchDDP`, in a
+    single process too. A guard that only the default asked for (``guard_by_default``) gives
+    way to a model wrapper of the config's own (FSDP, ...), with a warning.
+
+    Returns:
+        The wrapper config, or None when the config's own (MMEngine's default) stays.
+    """
+    import torch
+    own_type = (cfg.get('model_wrapper_cfg') or {}).get('type', 'MMDistributedDataParallel')
+    if guard_by_default and on_oom == 'microbatch' and own_type not in DDP_TYPES:
+        from mmengine.logging import print_log
+        print_log(
+            f"[mmddp_ext] model_wrapper_cfg.type={own_type!r}: the batch the finder "
+            'picks is not guarded against running out of memory during training', logger='current',
+            level=logging.WARNING)
+        on_oom = 'raise'
+    if distributed:
+        local_rank = int(os.environ.get('LOCAL_RANK', 0))
+        return ddp_wrapper_cfg(cfg, torch.cuda.is_available(), local_rank, on_oom)
+    return dict(type='MicrobatchDDP') if on_oom == 'microbatch' else None
 
 
 def sync_bn_layers(model: Any) -> int:

@@ -25,17 +25,17 @@ train is built as MMEngine's Runner builds it):
    never such a one as "best" (:meth:`DDPRunner.save_checkpoint`,
    :meth:`DDPRunner.register_hook`), and resumed with ``map_location='cpu'``; a ``--resume``
    that finds no checkpoint says so in one line (:meth:`DDPRunner.load_or_resume`);
-5. distributed runs get the lean DDP wrapper (:func:`mmddp_ext.dist.wrapper.ddp_wrapper_cfg`;
+5. distributed runs get the lean DDP wrapper (:func:`mmddp_ext.dist.wrapper.model_wrapper_for`;
    :class:`~mmddp_ext.dist.microbatch.MicrobatchDDP` with ``on_oom='microbatch'``) and, if
    nobody initialised the process group yet (e.g. MMDetection's ``tools/train.py``), it is
-   initialised here — gloo on CPU, where MMEngine's CUDA-only ``init_dist`` fails;
+   initialised here (:func:`mmddp_ext.dist.launch.ensure_process_group`) — gloo on CPU, where
+   MMEngine's CUDA-only ``init_dist`` fails;
 6. known-harmless warnings of MMEngine and MMPose are filtered, narrowly
    (:mod:`mmddp_ext.utils.quiet`);
 7. DataLoader worker processes die with their rank (:func:`mmddp_ext.dist.workers.tie_workers`:
    a rank killed by SIGKILL leaves no orphaned workers).
 """
 import copy
-import logging
 import os
 import os.path as osp
 from typing import Any, Optional, Tuple
@@ -50,9 +50,9 @@ from mmengine.runner import Runner
 
 from ..checkpoint import from_plain, guard_checkpoint_hook, nonfinite_tensors, refusal, to_plain
 from ..dist.env import read_dist_env
-from ..dist.launch import init_distributed
+from ..dist.launch import ensure_process_group
 from ..dist.workers import tie_workers
-from ..dist.wrapper import DDP_TYPES, batchnorm_for_cpu, ddp_wrapper_cfg
+from ..dist.wrapper import batchnorm_for_cpu, model_wrapper_for
 from ..memory.budget import apply_budget
 from ..scaling.apply import apply_plan, check_runtime_for_config, plan_for_config
 from ..scaling.config import ScalingConfig
@@ -72,13 +72,9 @@ def _world_size(launcher: str) -> int:
 
 
 def _init_process_group(launcher: str, env_cfg: Optional[dict]) -> None:
-    import torch.distributed as dist
-    if launcher != 'none' and not (dist.is_available() and dist.is_initialized()):
-        dist_cfg = (env_cfg or {}).get('dist_cfg', {})
-        backend, warning = init_distributed(
-            read_dist_env(os.environ, launcher), dist_cfg.get('backend'), dist_cfg.get('timeout'))
-        for note in [f'process group: {backend}'] + ([warning] if warning else []):
-            print_log(f'[mmddp_ext] {note}', logger='current')
+    """:func:`~mmddp_ext.dist.launch.ensure_process_group`, its notes logged."""
+    for note in ensure_process_group(launcher, (env_cfg or {}).get('dist_cfg')):
+        print_log(f'[mmddp_ext] {note}', logger='current')
 
 
 def _measure(cfg: Any, scaling: ScalingConfig, launcher: str,
@@ -91,6 +87,8 @@ def _measure(cfg: Any, scaling: ScalingConfig, launcher: str,
     """
     if scaling.memory_budget_mib is None and not scaling.probe:
         return None, None
+    # first: it pins this rank's GPU, so the device below is LOCAL_RANK's and not GPU 0
+    _init_process_group(launcher, cfg.get('env_cfg'))
     import torch
     from mmengine.device import get_device
     device = torch.device(get_device())
@@ -100,32 +98,11 @@ def _measure(cfg: Any, scaling: ScalingConfig, launcher: str,
     if not scaling.probe:
         return None, None
     from .batch_finder import cache_location, find_max_batch
-    _init_process_group(launcher, cfg.get('env_cfg'))
     loose = plan_for_config(cfg, world_size, max_batch_per_device=2**31, scaling=scaling)
     upper = loose.per_device_batch_size * loose.accumulative_counts
     found = find_max_batch(cfg, world_size, upper, budget, scaling.memory_budget_mib, device)
     return found.max_batch, cache_location(cfg, world_size, upper, device,
                                            scaling.memory_budget_mib)
-
-
-def _wrapper_cfg(cfg: Any, scaling: ScalingConfig, distributed: bool) -> Optional[dict]:
-    """The model wrapper: the lean DDP one when distributed; ``MicrobatchDDP`` when steps are
-    guarded (``on_oom='microbatch'``, the default with ``max_batch_per_device='auto'``), in
-    a single process too. A guard that only the default asked for gives way to a model
-    wrapper of the config's own (FSDP, ...), with a warning."""
-    import torch
-    policy = scaling.oom_policy
-    own_type = (cfg.get('model_wrapper_cfg') or {}).get('type', 'MMDistributedDataParallel')
-    if scaling.on_oom is None and policy == 'microbatch' and own_type not in DDP_TYPES:
-        print_log(
-            f"[mmddp_ext] model_wrapper_cfg.type={own_type!r}: the batch the finder "
-            'picks is not guarded against running out of memory during training', logger='current',
-            level=logging.WARNING)
-        policy = 'raise'
-    if distributed:
-        local_rank = int(os.environ.get('LOCAL_RANK', 0))
-        return ddp_wrapper_cfg(cfg, torch.cuda.is_available(), local_rank, policy)
-    return dict(type='MicrobatchDDP') if policy == 'microbatch' else None
 
 
 def trains(cfg: Any) -> bool:
@@ -192,7 +169,8 @@ class DDPRunner(Runner):
             scaling = check_runtime_for_config(cfg, torch.cuda.is_available(), launcher != 'none')
         else:  # nothing to train: nothing to plan, nothing to measure
             scaling = ScalingConfig()
-        wrapper = _wrapper_cfg(cfg, scaling, launcher != 'none')
+        wrapper = model_wrapper_for(cfg, launcher != 'none', scaling.oom_policy,
+                                    guard_by_default=scaling.on_oom is None)
         if wrapper is not None:
             cfg.model_wrapper_cfg = wrapper
         plan, changes, stored = None, [], None

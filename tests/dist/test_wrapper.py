@@ -1,9 +1,13 @@
 """The DDP wrapper config (pure): lean defaults, the config's own keys win, other wrappers are
-left alone, and MicrobatchDDP with on_oom='microbatch'."""
+left alone, and MicrobatchDDP with on_oom='microbatch'; the wrapper a run builds
+(``model_wrapper_for``, the one place it is decided)."""
+import logging
+
 import pytest
 from mmengine.config import Config
+from mmengine.logging import MMLogger
 
-from mmddp_ext.dist.wrapper import buffer_sync_key, ddp_wrapper_cfg
+from mmddp_ext.dist.wrapper import buffer_sync_key, ddp_wrapper_cfg, model_wrapper_for
 from mmddp_ext.errors import ScalingError
 
 
@@ -41,3 +45,36 @@ def test_other_wrappers_are_left_alone_unless_the_guard_needs_ddp():
     assert ddp_wrapper_cfg(_cfg(model_wrapper_cfg=fsdp), True, 0) == fsdp
     with pytest.raises(ScalingError, match="model_wrapper_cfg.type='MMFullyShardedDataParallel'"):
         ddp_wrapper_cfg(_cfg(model_wrapper_cfg=fsdp), True, 0, on_oom='microbatch')
+
+
+@pytest.mark.parametrize(
+    'distributed, on_oom, expected_type',
+    [
+        (True, 'raise', 'MMDistributedDataParallel'),
+        (True, 'microbatch', 'MicrobatchDDP'),
+        (False, 'microbatch', 'MicrobatchDDP'),  # the guard holds in one process too
+        (False, 'raise', None),  # one process, no guard: MMEngine's own (no wrapper)
+    ])
+def test_model_wrapper_for_a_run(monkeypatch, distributed, on_oom, expected_type):
+    monkeypatch.setenv('LOCAL_RANK', '1')
+    wrapper = model_wrapper_for(_cfg(), distributed, on_oom)
+    assert (wrapper or {}).get('type') == expected_type
+    if distributed:
+        assert wrapper['gradient_as_bucket_view'] is True
+
+
+def test_a_default_guard_gives_way_to_the_configs_own_wrapper():
+    fsdp = dict(type='MMFullyShardedDataParallel')
+    logged = []
+    handler = logging.Handler()
+    handler.emit = lambda record: logged.append(record.getMessage())
+    logger = MMLogger.get_current_instance()
+    logger.addHandler(handler)
+    try:
+        assert model_wrapper_for(
+            _cfg(model_wrapper_cfg=fsdp), True, 'microbatch', guard_by_default=True) == fsdp
+    finally:
+        logger.removeHandler(handler)
+    assert any('is not guarded against running out of memory' in m for m in logged)
+    with pytest.raises(ScalingError, match='needs a DDP model wrapper'):  # asked for: refused
+        model_wrapper_for(_cfg(model_wrapper_cfg=fsdp), True, 'microbatch')

@@ -1,0 +1,43 @@
+"""``ensure_process_group``: the one way a run starts its process group, in-process."""
+import socket
+
+import pytest
+import torch.distributed as dist
+
+from mmddp_ext.dist.env import read_dist_env
+from mmddp_ext.dist.launch import ensure_process_group
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def test_not_distributed_starts_nothing():
+    assert ensure_process_group('none', dict(backend='nccl')) == []
+    assert not dist.is_initialized()
+
+
+def test_starts_once_then_leaves_the_group_alone(monkeypatch):
+    environ = dict(RANK='0', LOCAL_RANK='0', WORLD_SIZE='1', MASTER_ADDR='127.0.0.1',
+                   MASTER_PORT=str(_free_port()))
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    assert not dist.is_initialized()
+    try:
+        notes = ensure_process_group('pytorch', dict(timeout=60), read_dist_env(environ))
+        assert notes[0] == 'process group: gloo' and dist.is_initialized()
+        assert dist.get_world_size() == 1 and dist.get_backend() == 'gloo'
+        # a second entry point (DDPRunner after dist_train.py) finds it and does nothing
+        assert ensure_process_group('pytorch', dict(backend='nccl')) == []
+        assert dist.get_backend() == 'gloo'
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@pytest.fixture(autouse=True)
+def _no_group_left():
+    yield
+    assert not dist.is_initialized()
