@@ -1,4 +1,5 @@
 """``ensure_process_group``: the one way a run starts its process group, in-process."""
+import os
 import socket
 
 import pytest
@@ -6,6 +7,7 @@ import torch.distributed as dist
 
 from mmddp_ext.dist.env import read_dist_env
 from mmddp_ext.dist.launch import ensure_process_group
+from mmddp_ext.dist.run_front import loopback_ifname
 
 
 def _free_port() -> int:
@@ -28,6 +30,8 @@ def test_starts_once_then_leaves_the_group_alone(monkeypatch):
     try:
         notes = ensure_process_group('pytorch', dict(timeout=60), read_dist_env(environ))
         assert notes[0] == 'process group: gloo' and dist.is_initialized()
+        # all ranks on this host: gloo is pinned to the loopback interface (where one is found)
+        assert os.environ.get('GLOO_SOCKET_IFNAME') == loopback_ifname()
         assert dist.get_world_size() == 1 and dist.get_backend() == 'gloo'
         # a second entry point (DDPRunner after dist_train.py) finds it and does nothing
         assert ensure_process_group('pytorch', dict(backend='nccl')) == []
@@ -38,6 +42,11 @@ def test_starts_once_then_leaves_the_group_alone(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def _no_group_left():
+def _no_group_or_variable_left():
+    """Starting a group sets variables for the rank's later processes (GLOO_SOCKET_IFNAME on a
+    loopback job): restored here, or every later subprocess of this pytest process gets them."""
+    saved = dict(os.environ)
     yield
+    os.environ.clear()
+    os.environ.update(saved)
     assert not dist.is_initialized()
