@@ -143,7 +143,7 @@ def _train(args: argparse.Namespace, env: DistEnv) -> None:
         from .runner.ddp_runner import plans
         if env.distributed and not plans(cfg.get('runner_type')):
             # a stock runner: the lean DDP wrapper (DDPRunner decides its own in from_cfg)
-            cfg.model_wrapper_cfg = model_wrapper_for(cfg, distributed=True)
+            cfg.model_wrapper_cfg = model_wrapper_for(cfg, True, local_rank=env.local_rank)
         notes += ensure_process_group(env.launcher, cfg.get('env_cfg', {}).get('dist_cfg'), env)
         runner = build_runner(cfg)
         for note in notes:

@@ -71,6 +71,17 @@ def _world_size(launcher: str) -> int:
     return read_dist_env(os.environ, launcher).world_size
 
 
+def _local_rank(launcher: str) -> int:
+    """This rank's index on its node: ``LOCAL_RANK`` once a process group exists (we set it when
+    we start one), else as the launcher's variables give it (derived where they lack it)."""
+    import torch
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return int(os.environ.get('LOCAL_RANK', 0))
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return read_dist_env(os.environ, launcher, num_gpus=gpus).local_rank
+
+
 def _init_process_group(launcher: str, env_cfg: Optional[dict]) -> None:
     """:func:`~mmddp_ext.dist.launch.ensure_process_group`, its notes logged."""
     for note in ensure_process_group(launcher, (env_cfg or {}).get('dist_cfg')):
@@ -169,8 +180,10 @@ class DDPRunner(Runner):
             scaling = check_runtime_for_config(cfg, torch.cuda.is_available(), launcher != 'none')
         else:  # nothing to train: nothing to plan, nothing to measure
             scaling = ScalingConfig()
-        wrapper = model_wrapper_for(cfg, launcher != 'none', scaling.oom_policy,
-                                    guard_by_default=scaling.on_oom is None)
+        distributed = launcher != 'none'
+        wrapper = model_wrapper_for(cfg, distributed, scaling.oom_policy,
+                                    guard_by_default=scaling.on_oom is None,
+                                    local_rank=_local_rank(launcher) if distributed else 0)
         if wrapper is not None:
             cfg.model_wrapper_cfg = wrapper
         plan, changes, stored = None, [], None

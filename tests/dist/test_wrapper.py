@@ -4,6 +4,7 @@ left alone, and MicrobatchDDP with on_oom='microbatch'; the wrapper a run builds
 import logging
 
 import pytest
+import torch
 from mmengine.config import Config
 from mmengine.logging import MMLogger
 
@@ -78,3 +79,20 @@ def test_a_default_guard_gives_way_to_the_configs_own_wrapper():
     assert any('is not guarded against running out of memory' in m for m in logged)
     with pytest.raises(ScalingError, match='needs a DDP model wrapper'):  # asked for: refused
         model_wrapper_for(_cfg(model_wrapper_cfg=fsdp), True, 'microbatch')
+
+
+def test_the_wrapper_is_on_the_given_local_rank_when_the_variable_is_missing(monkeypatch):
+    """Hand-set variables and Slurm may lack LOCAL_RANK until the process group starts: the
+    device is the rank's derived one, not GPU 0 (a CUDA host is faked: none here)."""
+    monkeypatch.delenv('LOCAL_RANK', raising=False)
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    assert model_wrapper_for(_cfg(), True, local_rank=3)['device_ids'] == [3]
+
+
+def test_ddp_runner_derives_the_local_rank_from_the_launchers_variables(monkeypatch):
+    from mmddp_ext.runner.ddp_runner import _local_rank
+    for key, value in dict(RANK='3', WORLD_SIZE='4', LOCAL_WORLD_SIZE='2', MASTER_ADDR='h',
+                           MASTER_PORT='29500').items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv('LOCAL_RANK', raising=False)
+    assert _local_rank('pytorch') == 1  # RANK % LOCAL_WORLD_SIZE
