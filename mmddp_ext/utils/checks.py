@@ -5,7 +5,7 @@ mistake), and nothing is converted: ``'3'`` and ``3.0`` are not ints. Messages r
 ``<name>=<value!r> must be <what><hint>``, so each caller keeps its own wording, e.g.
 ``positive_int('upper', 0, hint=', e.g. 64')`` raises ``upper=0 must be a positive int, e.g. 64``.
 
-Standard library only, so that the lightest modules (the CLI, the torchrun front) may use it.
+Standard library only, like the pure cores that use it (``scaling/``).
 """
 import math
 from typing import Any, Type, TypeVar
