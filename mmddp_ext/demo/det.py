@@ -20,14 +20,12 @@ Example::
     >>> sorted(paths)
     ['train', 'val']
 """
-import os
-import os.path as osp
 from typing import Dict, List, Tuple
 
 import cv2
 import numpy as np
 
-from .pose import check_sizes, write_annotations
+from .pose import check_sizes, write_annotations, write_images
 
 CLASSES = ('square', 'circle', 'triangle')
 # Per class, the (low, high) range of each BGR channel of the fill colour.
@@ -125,14 +123,9 @@ def make_split(out_dir: str, split: str, num_images: int, size: int,
     Returns:
         The path of the annotation file.
     """
-    os.makedirs(osp.join(out_dir, split), exist_ok=True)
-    os.makedirs(osp.join(out_dir, 'annotations'), exist_ok=True)
-    images, annotations = [], []
-    for i in range(num_images):
-        img, objects = render_sample(rng, size)
-        name = f'{i:06d}.png'
-        cv2.imwrite(osp.join(out_dir, split, name), img)
-        images.append(dict(id=i + 1, file_name=name, width=size, height=size))
+    images, drawn = write_images(out_dir, split, num_images, size, lambda: render_sample(rng, size))
+    annotations = []
+    for i, objects in enumerate(drawn):
         for obj in objects:
             annotations.append(dict(id=len(annotations) + 1, image_id=i + 1, iscrowd=0, **obj))
     coco = dict(

@@ -18,7 +18,7 @@ import json
 import math
 import os
 import os.path as osp
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import cv2
 import numpy as np
@@ -115,18 +115,33 @@ def _annotation(ann_id: int, image_id: int, kpts: np.ndarray, size: int) -> Dict
                     (kpts[:, 2] > 0).sum()))
 
 
-def make_split(out_dir: str, split: str, num_images: int, size: int, seed: int) -> str:
-    """Write ``<out_dir>/<split>/*.png`` and ``<out_dir>/annotations/<split>.json``."""
-    rng = np.random.default_rng(seed)
+def write_images(out_dir: str, split: str, num_images: int, size: int,
+                 render: Callable[[], Tuple[np.ndarray, Any]]) -> Tuple[List[Dict], List[Any]]:
+    """Write ``num_images`` images drawn by ``render()`` to ``<out_dir>/<split>/000000.png``, ...
+    (and create ``<out_dir>/annotations``), in order, for both demo datasets.
+
+    Returns:
+        The COCO ``images`` records (ids from 1) and, per image, what ``render`` returned
+        besides the image (keypoints, objects), for the caller's annotations.
+    """
     os.makedirs(osp.join(out_dir, split), exist_ok=True)
     os.makedirs(osp.join(out_dir, 'annotations'), exist_ok=True)
-    images, annotations = [], []
+    images, drawn = [], []
     for i in range(num_images):
-        img, kpts = render_sample(rng, size)
+        img, what = render()
         name = f'{i:06d}.png'
         cv2.imwrite(osp.join(out_dir, split, name), img)
         images.append(dict(id=i + 1, file_name=name, width=size, height=size))
-        annotations.append(_annotation(i + 1, i + 1, kpts, size))
+        drawn.append(what)
+    return images, drawn
+
+
+def make_split(out_dir: str, split: str, num_images: int, size: int, seed: int) -> str:
+    """Write ``<out_dir>/<split>/*.png`` and ``<out_dir>/annotations/<split>.json``."""
+    rng = np.random.default_rng(seed)
+    images, figures = write_images(out_dir, split, num_images, size,
+                                   lambda: render_sample(rng, size))
+    annotations = [_annotation(i + 1, i + 1, kpts, size) for i, kpts in enumerate(figures)]
     coco = dict(
         info=dict(description=f'mmddp_ext demo stick figures ({split}, seed {seed})'),
         images=images, annotations=annotations, categories=[
