@@ -2,7 +2,6 @@
 import functools
 import inspect
 import logging
-import os
 from typing import Any, Optional
 
 from ..errors import ScalingError
@@ -56,14 +55,13 @@ def ddp_wrapper_cfg(cfg: Any, cuda: bool, local_rank: int, on_oom: str = 'raise'
 
 
 def model_wrapper_for(cfg: Any, distributed: bool, on_oom: str = 'raise',
-                      guard_by_default: bool = False,
-                      local_rank: Optional[int] = None) -> Optional[dict]:
+                      guard_by_default: bool = False, local_rank: int = 0) -> Optional[dict]:
     """The ``model_wrapper_cfg`` a run builds; the one place it is decided, for every runner.
 
     Distributed: the lean DDP wrapper (:func:`ddp_wrapper_cfg`) on this rank's device:
     ``local_rank`` as :func:`~mmddp_ext.dist.env.read_dist_env` derives it (hand-set variables
-    and Slurm may have no ``LOCAL_RANK`` before the process group starts); None reads
-    ``LOCAL_RANK``.
+    and Slurm may have no ``LOCAL_RANK`` before the process group starts, so it is not read
+    here).
     Steps guarded against running out of memory (``on_oom='microbatch'``, the default with
     ``max_batch_per_device='auto'``): :class:`~mmddp_ext.dist.microbatch.MicrobatchDDP`, in a
     single process too. A guard that only the default asked for (``guard_by_default``) gives
@@ -82,8 +80,6 @@ def model_wrapper_for(cfg: Any, distributed: bool, on_oom: str = 'raise',
             level=logging.WARNING)
         on_oom = 'raise'
     if distributed:
-        if local_rank is None:
-            local_rank = int(os.environ.get('LOCAL_RANK', 0))
         return ddp_wrapper_cfg(cfg, torch.cuda.is_available(), local_rank, on_oom)
     return dict(type='MicrobatchDDP') if on_oom == 'microbatch' else None
 

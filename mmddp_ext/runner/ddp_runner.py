@@ -64,22 +64,17 @@ DEFAULT_HOOKS = (dict(type='ScalingHook'), dict(type='RankMemoryHook', interval=
                  dict(type='FiniteLossHook', action='stop'), dict(type='HangWatchdogHook'))
 
 
-def _world_size(launcher: str) -> int:
-    import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size()
-    return read_dist_env(os.environ, launcher).world_size
-
-
-def _local_rank(launcher: str) -> int:
-    """This rank's index on its node: ``LOCAL_RANK`` once a process group exists (we set it when
-    we start one), else as the launcher's variables give it (derived where they lack it)."""
+def _layout(launcher: str) -> Tuple[int, int]:
+    """``(world size, this rank's index on its node)``: from the process group once one exists
+    (``LOCAL_RANK``, which we set when we start one), else from the launcher's variables, read
+    once (a missing ``LOCAL_RANK`` derived as :func:`~mmddp_ext.dist.env.read_dist_env` does)."""
     import torch
     import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
-        return int(os.environ.get('LOCAL_RANK', 0))
+        return dist.get_world_size(), int(os.environ.get('LOCAL_RANK', 0))
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return read_dist_env(os.environ, launcher, num_gpus=gpus).local_rank
+    env = read_dist_env(os.environ, launcher, num_gpus=gpus)
+    return env.world_size, env.local_rank
 
 
 def _init_process_group(launcher: str, env_cfg: Optional[dict]) -> None:
@@ -173,7 +168,7 @@ class DDPRunner(Runner):
         """
         cfg = copy.deepcopy(cfg if isinstance(cfg, Config) else Config(cfg))
         launcher = cfg.get('launcher', 'none')
-        world_size = _world_size(launcher)
+        world_size, local_rank = _layout(launcher)
         import torch
         training = trains(cfg)
         if training:
@@ -182,8 +177,7 @@ class DDPRunner(Runner):
             scaling = ScalingConfig()
         distributed = launcher != 'none'
         wrapper = model_wrapper_for(cfg, distributed, scaling.oom_policy,
-                                    guard_by_default=scaling.on_oom is None,
-                                    local_rank=_local_rank(launcher) if distributed else 0)
+                                    guard_by_default=scaling.on_oom is None, local_rank=local_rank)
         if wrapper is not None:
             cfg.model_wrapper_cfg = wrapper
         plan, changes, stored = None, [], None

@@ -56,8 +56,7 @@ def test_other_wrappers_are_left_alone_unless_the_guard_needs_ddp():
         (False, 'microbatch', 'MicrobatchDDP'),  # the guard holds in one process too
         (False, 'raise', None),  # one process, no guard: MMEngine's own (no wrapper)
     ])
-def test_model_wrapper_for_a_run(monkeypatch, distributed, on_oom, expected_type):
-    monkeypatch.setenv('LOCAL_RANK', '1')
+def test_model_wrapper_for_a_run(distributed, on_oom, expected_type):
     wrapper = model_wrapper_for(_cfg(), distributed, on_oom)
     assert (wrapper or {}).get('type') == expected_type
     if distributed:
@@ -90,9 +89,9 @@ def test_the_wrapper_is_on_the_given_local_rank_when_the_variable_is_missing(mon
 
 
 def test_ddp_runner_derives_the_local_rank_from_the_launchers_variables(monkeypatch):
-    from mmddp_ext.runner.ddp_runner import _local_rank
+    from mmddp_ext.runner.ddp_runner import _layout
     for key, value in dict(RANK='3', WORLD_SIZE='4', LOCAL_WORLD_SIZE='2', MASTER_ADDR='h',
                            MASTER_PORT='29500').items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv('LOCAL_RANK', raising=False)
-    assert _local_rank('pytorch') == 1  # RANK % LOCAL_WORLD_SIZE
+    assert _layout('pytorch') == (4, 1)  # LOCAL_RANK = RANK % LOCAL_WORLD_SIZE
