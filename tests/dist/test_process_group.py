@@ -1,19 +1,12 @@
 """``ensure_process_group``: the one way a run starts its process group, in-process."""
 import os
-import socket
 
 import pytest
 import torch.distributed as dist
 
 from mmddp_ext.dist.env import read_dist_env
 from mmddp_ext.dist.launch import ensure_process_group
-from mmddp_ext.dist.run_front import loopback_ifname
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
+from mmddp_ext.dist.run_front import find_free_port, loopback_ifname
 
 
 def test_not_distributed_starts_nothing():
@@ -23,7 +16,7 @@ def test_not_distributed_starts_nothing():
 
 def test_starts_once_then_leaves_the_group_alone(monkeypatch):
     environ = dict(RANK='0', LOCAL_RANK='0', WORLD_SIZE='1', MASTER_ADDR='127.0.0.1',
-                   MASTER_PORT=str(_free_port()))
+                   MASTER_PORT=str(find_free_port()))
     for key, value in environ.items():
         monkeypatch.setenv(key, value)
     assert not dist.is_initialized()
