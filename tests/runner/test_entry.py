@@ -3,7 +3,6 @@ user's script), and SyncBN on CPUs. In-process, on MMEngine's toy runner."""
 import copy
 import logging
 import os
-import socket
 from unittest import mock
 
 import torch
@@ -13,6 +12,7 @@ from mmengine.testing import RunnerTestCase
 from mmengine.testing.runner_test_case import ToyModel
 
 import mmddp_ext  # noqa: F401  (what custom_imports does)
+from mmddp_ext.dist.run_front import find_free_port
 from mmddp_ext.dist.wrapper import batchnorm_for_cpu, sync_bn_layers
 from mmddp_ext.runner.ddp_runner import DDPRunner
 
@@ -93,10 +93,7 @@ class TestSyncBNOnCPU(RunnerTestCase):
         """One gloo process under a launcher: DDP would refuse SyncBN on a CPU module. The
         launcher's variables are set for this test only (the later tests start processes that
         inherit this one's environment), on a free port."""
-        with socket.socket() as s:
-            s.bind(('127.0.0.1', 0))
-            port = s.getsockname()[1]
-        launcher_env = dict(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK='0',
+        launcher_env = dict(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(find_free_port()), RANK='0',
                             WORLD_SIZE='1', LOCAL_RANK='0')
         before = {key: os.environ.get(key) for key in launcher_env}
         with mock.patch.dict(os.environ, launcher_env):
