@@ -1,5 +1,6 @@
 """Rendezvous failures say what is wrong, in bounded time; single-host jobs listen on loopback;
-a failed worker ends with one line and a JSON launcher report. Real processes on CPU (gloo).
+a failed worker ends with one line and a JSON launcher report. Real processes on CPU (gloo); the
+front's helpers in-process are in ``test_run_front.py``.
 
 Waits are set short through MMDDP_RENDEZVOUS_TIMEOUT / MMDDP_RENDEZVOUS_LOG_EVERY; the
 ``timeout`` of each command only stops a test that would otherwise hang."""
@@ -33,63 +34,8 @@ def _lines(out: str, prefix: str):
 
 def _held_port():
     """A socket listening on a loopback port (the port "in use" by this test's process)."""
-    sock = socket.socket()
-    sock.bind(('127.0.0.1', 0))
-    sock.listen()
+    sock = run_front.listen_on('127.0.0.1', 0)
     return sock, sock.getsockname()[1]
-
-
-# ---------------------------------------------------------------- the pure helpers, in-process
-
-
-def test_port_holder_names_the_listening_process():
-    sock, port = _held_port()
-    with sock:
-        holder = run_front.port_holder(port)
-        line = run_front.port_in_use_message('PORT', port, 'choose another')
-    assert holder.startswith(f'127.0.0.1:{port} by pid {os.getpid()} (')
-    assert f'PORT={port} is already in use on this host ({socket.gethostname()}) at {holder}' \
-        in line
-    assert int(line.rsplit('e.g. PORT=', 1)[1]) != port
-
-
-def test_loopback_interfaces_are_pinned_only_where_unset():
-    name = run_front.loopback_ifname()
-    if name is None:
-        pytest.skip('no interface holds a 127.x address on this host')
-    assert any(a.address == '127.0.0.1' for a in psutil.net_if_addrs()[name])
-    environ = {}
-    note = run_front.pin_loopback_interfaces(environ)
-    assert environ == dict(GLOO_SOCKET_IFNAME=name, NCCL_SOCKET_IFNAME=name)
-    assert f'GLOO_SOCKET_IFNAME={name} NCCL_SOCKET_IFNAME={name}' in note
-    chosen = dict(GLOO_SOCKET_IFNAME='eth7')  # the user's choice is kept
-    run_front.pin_loopback_interfaces(chosen)
-    assert chosen == dict(GLOO_SOCKET_IFNAME='eth7', NCCL_SOCKET_IFNAME=name)
-    both = dict(GLOO_SOCKET_IFNAME='a', NCCL_SOCKET_IFNAME='b')
-    assert run_front.pin_loopback_interfaces(both) is None and both['NCCL_SOCKET_IFNAME'] == 'b'
-
-
-def test_failure_records_first_seen_first():
-    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
-
-    # the agent inserts the failure it saw first; the rank it stopped itself comes after it,
-    # within the same second
-    failures = {
-        1: ProcessFailure(1, 4001, -9, '/nonexistent/error.json'),
-        0: ProcessFailure(0, 4000, -15, '/nonexistent/error.json')
-    }
-    failures[0].timestamp = failures[1].timestamp
-    records = run_front.failure_records(failures)
-    assert [r['rank'] for r in records] == [1, 0]
-    assert records[0] == dict(rank=1, local_rank=1, pid=4001, exitcode=-9, signal='SIGKILL',
-                              host=socket.gethostname(), time=failures[1].timestamp,
-                              error_file=None)
-    assert run_front.failure_line(records, 'diagnosis below') == (
-        'torchrun: rank 1 (pid 4001) exited with signal SIGKILL (first of 2 failed ranks); '
-        'diagnosis below')
-    exited = run_front.failure_records({3: ProcessFailure(1, 7, 1, '/nonexistent')})
-    assert exited[0]['signal'] is None
-    assert 'exited with exit code 1;' in run_front.failure_line(exited, 'x')
 
 
 @pytest.mark.parametrize('name, value', [('MMDDP_RENDEZVOUS_TIMEOUT', 'abc'),
