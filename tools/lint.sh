@@ -11,12 +11,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=tools/py
 PATHS=(mmddp_ext tools tests bench configs setup.py)
 case "${1:-}" in
-  --fix) "$PY" -m isort . && "$PY" -m yapf -r -i "${PATHS[@]}" ;;
+  --fix) "$PY" -m isort "${PATHS[@]}" && "$PY" -m yapf -r -i "${PATHS[@]}" ;;
   '') ;;
   *) echo "lint.sh: unknown argument '$1' (expected --fix or nothing)" >&2; exit 2 ;;
 esac
-"$PY" -m flake8
-"$PY" -m isort --check-only --diff .
+# the project's own folders only: a virtual environment in the checkout (venv/, .venv/, any
+# name) is not ours to lint
+"$PY" -m flake8 "${PATHS[@]}"
+"$PY" -m isort --check-only --diff "${PATHS[@]}"
 if ! "$PY" -m yapf -r -d "${PATHS[@]}"; then
   echo "lint.sh: the code above is not formatted as setup.cfg's [yapf] asks:" \
        "run 'bash tools/lint.sh --fix'" >&2
