@@ -89,8 +89,7 @@ def summarize(work_dir: str, records: Optional[List[Dict]] = None,
             '(exit -9: out of host memory or kill; -6: abort) leaves none; see the '
             "launcher's report above."
         ])
-    # the first rank that failed by itself, not one that only lost its peer
-    first = next((r for r in records if not _waited(r)), records[0])
+    first = _first_failure(records)
     when = datetime.datetime.fromtimestamp(first.get('time', 0)).strftime('%H:%M:%S')
     lines = head + [
         f'first failing rank: {first.get("rank")} (host {first.get("host")}, pid '
@@ -101,9 +100,24 @@ def summarize(work_dir: str, records: Optional[List[Dict]] = None,
     lines += _memory_lines(first)
     others = [r for r in records if r is not first]
     if others:
-        lines.append('then: ' + '; '.join(f'rank {r.get("rank")} {r.get("exc_type")}'
-                                          for r in others))
+        lines.append('then: ' + '; '.join(
+            f'rank {r.get("rank")} {r.get("exc_type")}' +
+            (' (agreed to stop: it did not run out itself)' if _agreed_only(r) else '')
+            for r in others))
     return '\n'.join(lines)
+
+
+def _agreed_only(record: Dict) -> bool:
+    """Whether a rank raised only because the ranks agreed that others ran out of memory."""
+    ranks = record.get('oom_ranks')
+    return ranks is not None and record.get('rank') not in ranks
+
+
+def _first_failure(records: List[Dict]) -> Dict:
+    """The first rank that failed by itself: not one that only lost its peer, nor one that
+    stopped because the ranks agreed that another rank ran out of memory."""
+    own = [r for r in records if not _waited(r) and not _agreed_only(r)]
+    return (own or [r for r in records if not _waited(r)] or records)[0]
 
 
 def _current_run(ranks: Dict[int, Dict]) -> Dict[int, Dict]:

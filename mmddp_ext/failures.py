@@ -56,6 +56,8 @@ def record_failure(work_dir: str, rank: int, exc: BaseException,
                       exc_type=type(exc).__name__, message=str(exc).strip(), oom=is_oom_error(exc),
                       address_space_limit=address_space_limit(),
                       traceback_file=osp.abspath(tb_path))
+        if getattr(exc, 'oom_ranks', None) is not None:  # the ranks agreed: who ran out
+            record['oom_ranks'] = list(exc.oom_ranks)
         record.update(extra or {})
         path = osp.join(out, f'rank{rank}.json')
         atomic_write_text(path, json.dumps(record, indent=1, default=str))

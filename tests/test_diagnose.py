@@ -140,3 +140,33 @@ def test_the_waiting_rank_that_raised_when_its_peer_left_is_not_named():
     assert 'rank 1 did not arrive; it was in /home/me/model.py:5 in forward' in text
     assert 'rank 0 did not arrive' not in text
     assert 'rank 0 waited in a collective, until its peer went away' in text
+
+
+def test_agreed_out_of_memory_names_the_rank_that_ran_out_with_its_memory(tmp_path):
+    """Every rank raises when the ranks agree that rank 1 ran out; rank 0 happens to write
+    first. The diagnosis names rank 1, with rank 1's memory, and says rank 0 only agreed."""
+    from mmddp_ext.dist.agree import RanksOutOfMemoryError
+    work = str(tmp_path)
+    for rank, rss in ((0, 111 * 2**20), (1, 999 * 2**20)):
+        error = RanksOutOfMemoryError('out of memory on rank(s) [1] even with micro-batches', [1])
+        failures.record_failure(work, rank, _raise(error),
+                                dict(plan=PLAN, memory=dict(now=dict(rss=rss, peak_rss=rss))))
+    records = failures.read_failures(work)
+    assert [r['rank'] for r in records] == [0, 1]  # rank 0 wrote first
+    assert all(r['oom'] and r['oom_ranks'] == [1] for r in records)
+    text = summarize(work, ranks={}, launch=[])
+    assert 'first failing rank: 1' in text
+    assert 'out of memory on rank 1' in text and 'out of memory on rank 0' not in text
+    assert 'host RSS 999 MiB' in text and '111 MiB' not in text
+    assert 'then: rank 0 RanksOutOfMemoryError (agreed to stop: it did not run out itself)' in text
+
+
+def test_ranks_out_of_memory_error_survives_pickling():
+    import pickle
+
+    from mmddp_ext.dist.agree import RanksOutOfMemoryError
+    from mmddp_ext.memory.oom import is_oom_error
+    back = pickle.loads(
+        pickle.dumps(RanksOutOfMemoryError('out of memory on rank(s) [2, 0]', [2, 0])))
+    assert back.oom_ranks == [0, 2] and str(back) == 'out of memory on rank(s) [2, 0]'
+    assert is_oom_error(RanksOutOfMemoryError('no keyword in this text', [0]))

@@ -38,7 +38,7 @@ from mmengine.registry import MODEL_WRAPPERS
 
 from ..memory.oom import is_oom_error, release_memory
 from ..utils.batch import batch_length, split_batch
-from .agree import ranks_out_of_memory
+from .agree import RanksOutOfMemoryError, ranks_out_of_memory
 
 CHUNK_BYTES = 25 * 2**20
 
@@ -186,11 +186,11 @@ class MicrobatchDDP(torch.nn.Module):
             error = e
         failed = ranks_out_of_memory(error is None)
         if failed:
-            raise torch.OutOfMemoryError(
+            raise RanksOutOfMemoryError(
                 f'out of memory on rank(s) {failed} in the optimizer step, after forward and '
                 f'backward fitted: smaller micro-batches cannot help here; raise '
                 f'scaling.memory_budget_mib or use a device with more memory '
-                f'(this rank: {error or "fitted"})')
+                f'(this rank: {error or "fitted"})', failed)
         optim_wrapper.zero_grad(set_to_none=False)  # keep the gradients in the flat buffer
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -208,10 +208,10 @@ class MicrobatchDDP(torch.nn.Module):
     def _redo(self, failed: List[int], batch: int) -> None:
         self.failed_micro_batch = math.ceil(batch / self.micro_batches)
         if self.micro_batches >= batch:
-            raise torch.OutOfMemoryError(
+            raise RanksOutOfMemoryError(
                 f'out of memory on rank(s) {failed} even with micro-batches of 1 sample '
                 f'(per-device batch {batch}): raise scaling.memory_budget_mib, or use a device '
-                f'with more memory, a smaller model or a smaller input size')
+                f'with more memory, a smaller model or a smaller input size', failed)
         self.micro_batches *= 2
         self.redone += 1
         sizes = sorted(set(batch_length(b) or 1 for b, _ in self._pending))

@@ -1,14 +1,35 @@
-"""``ScalingHook``: show the scaling plan, keep it in checkpoints, reconcile it on resume, and
-report (and remember) a step down of the per-device batch during training."""
+"""``ScalingHook``: show the scaling plan, keep it in checkpoints, reconcile it on resume,
+check the batch finder's measurement against training, and report (and remember) a step down
+of the per-device batch during training."""
 import math
+from typing import List, Sequence, Tuple
 
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
+from ..memory.budget import held_bytes
 from ..scaling.report import plan_table
 from ..scaling.resume import convert_checkpoint, resume_factor
+from ..utils.units import format_mib
 
 META_KEY = 'scaling_plan'
+
+
+def finder_check(extra: Sequence[int], reserve: Sequence[int], batch: int) -> Tuple[List[int], str]:
+    """The ranks where training holds more beyond the finder's trials than the trials kept
+    free for it, and one line saying so (``extra`` and ``reserve`` in bytes, by rank)."""
+    over = [r for r, (e, k) in enumerate(zip(extra, reserve)) if e > k]
+    each = ', '.join(f'rank {r} {format_mib(max(e, 0))} of {format_mib(k, unit="")}'
+                     for r, (e, k) in enumerate(zip(extra, reserve)))
+    if not over:
+        return over, (f'batch probe check: after its first optimizer step training holds, beyond '
+                      f'what the trials held, less than the trials kept free on every rank '
+                      f'({each}): the measurement of per-device batch {batch} holds')
+    return over, (f'batch probe check: the measurement was wrong on rank(s) {over}: after its '
+                  f'first optimizer step training holds more beyond what the trials held than '
+                  f'they kept free ({each}), so per-device batch {batch} may not fit there; '
+                  f'a step that runs out is redone as micro-batches (on_oom=microbatch), and a '
+                  f'larger reserve is kept with a larger scaling.memory_budget_mib')
 
 
 @HOOKS.register_module()
@@ -30,6 +51,8 @@ class ScalingHook(Hook):
 
     def __init__(self) -> None:
         self._micro_batches = 1
+        self._checked = False
+        self.finder_over: List[int] = []  # ranks where the finder's check failed
 
     def before_run(self, runner) -> None:
         """Log the plan once, on rank 0. A runner without a plan gets a warning, unless it
@@ -68,9 +91,32 @@ class ScalingHook(Hook):
             runner.logger.info(f'mmddp_ext resume on world size {plan.world_size} (saved on '
                                f'{saved["world_size"]}): {change}')
 
+    def _check_finder(self, runner) -> None:
+        """After the first optimizer step, compare what each rank holds with what it held
+        between the finder's trials (one all-gather, once; every rank has a baseline or none)."""
+        baseline = getattr(runner, 'trial_baseline', None)
+        plan = getattr(runner, 'scaling_plan', None)
+        if self._checked or baseline is None or plan is None:
+            return
+        if (runner.iter + 1) < plan.accumulative_counts:
+            return  # the optimizer has not stepped yet: its state is not allocated
+        self._checked = True
+        import torch
+        from mmengine.dist import all_gather
+        extra = held_bytes(torch.device(baseline.device)) - baseline.held_bytes
+        mine = torch.tensor([extra, baseline.reserve_bytes], dtype=torch.int64)
+        gathered = [t.tolist() for t in all_gather(mine)]
+        self.finder_over, line = finder_check([g[0] for g in gathered], [g[1] for g in gathered],
+                                              baseline.max_batch)
+        if runner.rank == 0:
+            (runner.logger.warning
+             if self.finder_over else runner.logger.info)(f'[mmddp_ext] {line}')
+
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        """When the guarded step (``MicrobatchDDP``) stepped down, say which batch is now in
-        use and correct the finder's stored result, so the next run starts there."""
+        """Check the finder's measurement once; when the guarded step (``MicrobatchDDP``)
+        stepped down, say which batch is now in use and correct the finder's stored result,
+        so the next run starts there."""
+        self._check_finder(runner)
         model = runner.model
         micro = getattr(model, 'micro_batches', 1)
         plan = getattr(runner, 'scaling_plan', None)

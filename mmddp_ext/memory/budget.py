@@ -18,6 +18,10 @@ attempt left, is :mod:`mmddp_ext.memory.oom`; the ranks agree on a failure with
 * on a GPU it caps this process's share of the device
   (``torch.cuda.set_per_process_memory_fraction``), so the caching allocator raises
   ``torch.OutOfMemoryError`` above it.
+
+:func:`held_bytes` reads what such a limit counts, now: the batch finder reads it between its
+trials and training reads it after its first optimizer step, so that the two can be compared
+(``docs/memory.md``, "Why the finder's answer trains").
 """
 import ctypes
 import ctypes.util
@@ -114,3 +118,12 @@ def apply_budget(budget_mib: Optional[int], device: torch.device) -> Optional[Bu
         f'limit of scaling.memory_budget_mib={budget_mib} MiB above the '
         f'process size{tighter}; other ranks on this host share the '
         f'same RAM')
+
+
+def held_bytes(device: torch.device) -> int:
+    """What the budget counts as used by this process now: on a CPU its address space
+    (``VmSize``, which ``RLIMIT_AS`` bounds), on a GPU the tensors torch has allocated on
+    ``device`` (the caching allocator's free blocks are reused by the next step)."""
+    if device.type == 'cuda':
+        return int(torch.cuda.memory_allocated(device))
+    return int(psutil.Process().memory_info().vms)

@@ -63,7 +63,8 @@ def is_oom_error(exc: BaseException) -> bool:
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, MemoryError) or type(exc).__name__ == 'OutOfMemoryError':
+        if isinstance(exc, MemoryError) or any(c.__name__ == 'OutOfMemoryError'
+                                               for c in type(exc).__mro__):
             return True
         if is_oom(type(exc).__name__, str(exc), limited):
             return True
@@ -125,12 +126,20 @@ def _nothing_fits(record: Mapping[str, Any]) -> Optional[List[str]]:
             'when it is applied), or remove the budget (or the ulimit -v) that limits it'
         ]
     if record.get('oom_at_batch') == 1:
-        return [
+        lines = [
             f'cause: out of memory even with micro-batches of 1 sample (measured by '
             f"scaling.on_oom='microbatch'): no per-device batch fits within {budget_text}",
             'fix: raise scaling.memory_budget_mib, or train on a device with more memory, '
             'a smaller model or a smaller input size'
         ]
+        finder = record.get('finder')
+        if finder:
+            lines.insert(
+                1, f'measured wrong: the batch finder measured per-device batch '
+                f'{finder["max_batch"]} to fit with {format_mib(finder["reserve"])} kept free '
+                f'for what training adds; at the failure this rank held '
+                f'{format_mib(max(finder["extra"], 0))} beyond what it held between the trials')
+        return lines
     return None
 
 

@@ -7,19 +7,29 @@
    wrapper is built, so they are in the measurement), the
    optimizer from ``cfg.optim_wrapper``, and real samples from ``cfg.train_dataloader`` (this
    rank's part of the sampler's order, through the training pipeline);
-2. every trial is forward + backward + optimizer step on a batch of those samples, run on the
+2. a warm-up step at one sample allocates what training holds from its first optimizer
+   step on (the optimizer's state, e.g. Adam's two moments; the libraries and kernels a first
+   step loads), so every trial starts from training's steady state and a trial that fits
+   leaves no more behind than the one before it (without it, the first trial that fitted
+   allocated the optimizer's state at its end: 118 MiB on the 128×128 demo, measured before
+   the next trial and not during the fitted one). The warm-up must fit on every rank, or
+   nothing fits;
+3. every trial is forward + backward + optimizer step on a batch of those samples, run on the
    inner model so that no collective runs inside it (an out-of-memory error on one rank would
    leave the ranks' collectives out of step); a reserve (:func:`reserve_bytes`) is held
    during the trial, so what fits leaves that much free for what training adds. With DDP
    the trial's gradients are a copy beside the buckets, which errs on the safe side;
-3. after each trial the ranks agree (MIN over ranks of "it fitted"), so every rank follows the
+4. after each trial the ranks agree (MIN over ranks of "it fitted"), so every rank follows the
    same search (:func:`mmddp_ext.scaling.search.search_max_batch`);
-4. the model is dropped before the Runner builds its own, and the result is stored in
+5. the model is dropped before the Runner builds its own, and the result is stored in
    ``<work_dir>/batch_probe.json``: a restart with the same model, pipeline, optimizer, device,
    budget and world size reads it instead of probing again.
 
 A trial cannot hold everything training will (the Runner's hooks, the dataloader, a kernel
-that needs a workspace only in a later iteration), so the answer is guarded: with ``'auto'``
+that needs a workspace only in a later iteration): the reserve is kept free for that, and
+:class:`TrialBaseline` (what this rank held between trials, and the reserve) lets training
+check after its first optimizer step that what it holds beyond the trials fits in the reserve
+(:class:`~mmddp_ext.hooks.ScalingHook` logs the check). The answer is also guarded: with ``'auto'``
 the model wrapper is :class:`~mmddp_ext.dist.microbatch.MicrobatchDDP` unless
 ``scaling.on_oom`` says otherwise. If a training step then runs out of memory on any rank,
 every rank agrees and redoes it as micro-batches (global batch and LR unchanged), the log says
@@ -32,6 +42,7 @@ finder (:meth:`Trials.fits`, agreed by all ranks) and of the memory forecast
 """
 import json
 import os.path as osp
+from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
 import torch
@@ -40,17 +51,36 @@ from mmengine.logging import print_log
 from mmengine.registry import init_default_scope
 
 from ..errors import ScalingError
-from ..memory.budget import Budget
+from ..memory.budget import Budget, held_bytes
 from ..scaling.search import (CACHE_FILE, MARGIN, SearchResult, Trial, cache_key, max_trials,
                               search_max_batch)
 from ..utils.io import atomic_write_text
 from ..utils.units import format_mib
 from .trials import Trials, _Trials  # noqa: F401  (_Trials: the old name)
 
-# On a CPU the budget also holds what the Runner builds beside the model (dataloader, hooks,
-# logger, visualizer): measured 80 MiB more than the probe for the 128x128 demo, so the reserve
-# held free during a trial is at least this much there.
+# On a CPU the budget also holds what the Runner builds beside the model (dataloader and its
+# worker queues' threads, datasets, evaluator, hooks, logger, visualizer): measured 66 MiB (no
+# workers) and 80 MiB (2 workers) more than the trials after their warm-up, for the 128x128
+# demo, so the reserve held free during a trial is at least this much there.
 CPU_RESERVE_MIB = 160
+
+
+@dataclass(frozen=True)
+class TrialBaseline:
+    """What this rank held between the finder's trials, to compare training with.
+
+    Attributes:
+        device: The rank's device, e.g. ``'cpu'`` or ``'cuda:0'``.
+        held_bytes: :func:`~mmddp_ext.memory.budget.held_bytes` after the warm-up step, with
+            the trials' model, gradients and optimizer state in place.
+        reserve_bytes: What was kept free during each trial for what training adds.
+        max_batch: The per-device batch the finder found.
+    """
+
+    device: str
+    held_bytes: int
+    reserve_bytes: int
+    max_batch: int
 
 
 def reserve_bytes(budget: Budget) -> int:
@@ -129,9 +159,10 @@ def correct_cache(path: Optional[str], key: str, max_batch: int, why: str) -> No
 
 
 def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget, budget_mib: Optional[int],
-                   device: torch.device) -> SearchResult:
-    """The largest per-device batch in ``1..upper`` that fits on every rank. All ranks must
-    call this.
+                   device: torch.device) -> Tuple[SearchResult, Optional[TrialBaseline]]:
+    """The largest per-device batch in ``1..upper`` that fits on every rank, and what this
+    rank held between the trials (None when the result was read from the work dir). All ranks
+    must call this.
 
     Args:
         cfg: The config (model, optimizer, train dataloader, wrapper, work_dir).
@@ -150,12 +181,24 @@ def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget, budget
     if result is not None:
         _log(f'per-device batch {result.max_batch} fits on every rank (measured before, read '
              f'from {path}; delete it to measure again)')
-        return result
+        return result, None
     reserve = reserve_bytes(budget)
     _log(f'measuring {budget.how}; {format_mib(reserve, unit="")} of {format_mib(budget.nbytes)} '
-         f'are kept free during each trial; at most {max_trials(upper)} trials of forward + '
-         f'backward + optimizer step, per-device batch up to {upper}')
+         f'are kept free during each trial; a warm-up step, then at most {max_trials(upper)} '
+         f'trials of forward + backward + optimizer step, per-device batch up to {upper}')
     trials = Trials(cfg, device, upper, reserve)
+    try:
+        warm = trials.fits(1)
+    except BaseException:
+        trials.close()
+        raise
+    if not warm:
+        trials.close()
+        raise ScalingError(_nothing_fits(trials.failed, budget, reserve, 'the warm-up step'))
+    held = held_bytes(device)
+    _log(f'warm-up at per-device batch 1 fits on every rank (the optimizer state and the '
+         f'kernels of a first step are now allocated, as in training); every trial starts from '
+         f'{format_mib(held)} held on rank {get_rank()}')
 
     def progress(number: int, trial: Trial) -> None:
         verdict = ('fits on every rank'
@@ -167,13 +210,16 @@ def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget, budget
     finally:
         trials.close()
     if result.max_batch == 0:
-        raise ScalingError(
-            f'not even a per-device batch of 1 fits on rank(s) {trials.failed} (measured on '
-            f'rank {get_rank()}: {budget.how}; {format_mib(reserve)} kept free during '
-            f'each trial): raise scaling.memory_budget_mib, free memory on those ranks, use a '
-            f'smaller input size or model, or train on a device with more memory')
+        raise ScalingError(_nothing_fits(trials.failed, budget, reserve, 'a trial'))
     _log(f'per-device batch {result.max_batch} fits on every rank ({len(result.trials)} trials, '
          f'{result.seconds:.1f} s)')
     if path:
         _write_cache(path, key, result, budget.how)
-    return result
+    return result, TrialBaseline(str(device), held, reserve, result.max_batch)
+
+
+def _nothing_fits(failed: List[int], budget: Budget, reserve: int, what: str) -> str:
+    return (f'not even a per-device batch of 1 fits on rank(s) {failed} ({what} ran out of '
+            f'memory; measured on rank {get_rank()}: {budget.how}; {format_mib(reserve)} kept '
+            f'free during each trial): raise scaling.memory_budget_mib, free memory on those '
+            f'ranks, use a smaller input size or model, or train on a device with more memory')

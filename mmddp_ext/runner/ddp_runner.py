@@ -84,15 +84,16 @@ def _init_process_group(launcher: str, env_cfg: Optional[dict]) -> None:
 
 
 def _measure(cfg: Any, scaling: ScalingConfig, launcher: str,
-             world_size: int) -> Tuple[Optional[int], Optional[tuple]]:
+             world_size: int) -> Tuple[Optional[int], Optional[tuple], Any]:
     """Apply ``scaling.memory_budget_mib`` and, for ``max_batch_per_device='auto'``, measure
     the per-device batch that fits on every rank (:mod:`mmddp_ext.runner.batch_finder`).
 
     Returns:
-        The measured batch (or None) and where it is stored, ``(path, key)`` (or None).
+        The measured batch (or None), where it is stored, ``(path, key)`` (or None), and
+        what this rank held between the trials (a ``TrialBaseline``, or None).
     """
     if scaling.memory_budget_mib is None and not scaling.probe:
-        return None, None
+        return None, None, None
     # first: it pins this rank's GPU, so the device below is LOCAL_RANK's and not GPU 0
     _init_process_group(launcher, cfg.get('env_cfg'))
     import torch
@@ -102,13 +103,14 @@ def _measure(cfg: Any, scaling: ScalingConfig, launcher: str,
         device = torch.device('cuda', torch.cuda.current_device())
     budget = apply_budget(scaling.memory_budget_mib, device)
     if not scaling.probe:
-        return None, None
+        return None, None, None
     from .batch_finder import cache_location, find_max_batch
     loose = plan_for_config(cfg, world_size, max_batch_per_device=2**31, scaling=scaling)
     upper = loose.per_device_batch_size * loose.accumulative_counts
-    found = find_max_batch(cfg, world_size, upper, budget, scaling.memory_budget_mib, device)
+    found, baseline = find_max_batch(cfg, world_size, upper, budget, scaling.memory_budget_mib,
+                                     device)
     return found.max_batch, cache_location(cfg, world_size, upper, device,
-                                           scaling.memory_budget_mib)
+                                           scaling.memory_budget_mib), baseline
 
 
 def trains(cfg: Any) -> bool:
@@ -152,11 +154,15 @@ class DDPRunner(Runner):
         scaling_changes: the config changes the plan made, as ``key: old → new`` lines.
         batch_probe: ``(path, key)`` of the finder's stored result with
             ``max_batch_per_device='auto'``, else None.
+        trial_baseline: what this rank held between the finder's trials
+            (:class:`~mmddp_ext.runner.batch_finder.TrialBaseline`), when it measured in this
+            run; :class:`~mmddp_ext.hooks.ScalingHook` compares training with it.
     """
 
     scaling_plan = None
     scaling_changes: Tuple[str, ...] = ()
     batch_probe: Optional[tuple] = None
+    trial_baseline = None
 
     @classmethod
     def from_cfg(cls, cfg: Any) -> 'DDPRunner':
@@ -180,9 +186,9 @@ class DDPRunner(Runner):
                                     guard_by_default=scaling.on_oom is None, local_rank=local_rank)
         if wrapper is not None:
             cfg.model_wrapper_cfg = wrapper
-        plan, changes, stored = None, [], None
+        plan, changes, stored, baseline = None, [], None, None
         if training:
-            measured, stored = _measure(cfg, scaling, launcher, world_size)
+            measured, stored, baseline = _measure(cfg, scaling, launcher, world_size)
             plan = plan_for_config(cfg, world_size, max_batch_per_device=measured, scaling=scaling)
             changes = apply_plan(cfg, plan)
         hooks = list(cfg.get('custom_hooks') or [])
@@ -194,6 +200,7 @@ class DDPRunner(Runner):
         runner.scaling_plan = plan
         runner.scaling_changes = changes
         runner.batch_probe = stored
+        runner.trial_baseline = baseline
         return runner
 
     def wrap_model(self, model_wrapper_cfg: Optional[dict], model: Any) -> Any:

@@ -3,10 +3,10 @@
 ``python tests/helpers/measure_trial_peaks.py OUT.json SMALL LARGE CONFIG [dist_train args]``
 loads the config as ``dist_train.py`` does (its ``custom_imports`` run, as in training), notes
 the process's virtual size then (where ``tests.helpers.limit_rank`` measures its limit from),
-applies a loose budget (so glibc and oneDNN behave as under a real one), and runs one trial of
-the finder (holding the reserve a tight rank holds) at ``SMALL`` and then at ``LARGE``
-per-device samples, reading the kernel's peak
-virtual size (``VmPeak``) after each. A test places a rank's limit between the two, so that
+applies a loose budget (so glibc and oneDNN behave as under a real one), runs the finder's
+warm-up step and then one trial of the finder (holding the reserve a tight rank holds) at
+``SMALL`` and then at ``LARGE`` per-device samples, reading the kernel's peak virtual size
+(``VmPeak``) after each. A test places a rank's limit between the two, so that
 the limit binds on whatever machine the test runs.
 """
 import json
@@ -30,12 +30,13 @@ def main() -> None:
     cfg = build_config(parse_args(argv))
     at_import = psutil.Process().memory_info().vms
     from mmddp_ext.memory.budget import apply_budget
-    from mmddp_ext.runner.batch_finder import CPU_RESERVE_MIB, _Trials
+    from mmddp_ext.runner.batch_finder import CPU_RESERVE_MIB, Trials
     apply_budget(64 * 1024, torch.device('cpu'))
     from mmengine.registry import init_default_scope
     init_default_scope(cfg.get('default_scope', 'mmengine'))
     # the reserve a tight rank holds during its trials (the minimum one on a CPU)
-    trials = _Trials(cfg, torch.device('cpu'), large, CPU_RESERVE_MIB * 2**20)
+    trials = Trials(cfg, torch.device('cpu'), large, CPU_RESERVE_MIB * 2**20)
+    assert trials.fits(1), 'the warm-up step did not fit under a 64 GiB budget'
     peaks = {}
     for batch in (small, large):
         assert trials.fits(batch), f'a trial at {batch} did not fit under a 64 GiB budget'
