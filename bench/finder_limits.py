@@ -7,9 +7,11 @@ step down logged when training needed more than the trial), or stop before train
 line saying that nothing fits; never an out-of-memory crash after the finder said "fits".
 
 For each limit: the outcome, the finder's trials and answer, the plan, whether training
-stepped down, and the exit code. Writes ``bench/results/finder_limits.json``.
+stepped down, the finder's check after the first optimizer step (what rank 1 holds beyond the
+trials, against what they kept free), and the exit code. Writes
+``bench/results/finder_limits.json``.
 
-Usage: ``python bench/finder_limits.py [--limits 700 850 1000 1150 1300] [--epochs 1]``
+Usage: ``python bench/finder_limits.py [--limits 700 850 1000 1150 1300] [--epochs 1] [--reps 3]``
 """
 import argparse
 import os.path as osp
@@ -45,13 +47,18 @@ def run_limit(config: str, options: list, limit: int) -> dict:
     found = re.search(r'batch probe: per-device batch (\d+) fits on every rank', log)
     plan = re.search(r'plan +(per-GPU batch [^\n(]*)', log)
     step = re.findall(r'training goes on with (per-device batch .*? samples)', log)
-    res = dict(limit_mib=limit, rc=r['rc'], outcome=outcome(r['rc'], log),
-               trials=[(int(b), v) for b, v in trials], found=int(found[1]) if found else None,
-               plan=plan[1].strip() if plan else None, steps_down=step, seconds=r.get('seconds'),
+    check = re.search(r'batch probe check: .*?rank 1 (\d+) MiB of (\d+)', log)
+    res = dict(limit_mib=limit, rc=r['rc'], outcome=outcome(r['rc'], log), trials=[
+        (int(b), v) for b, v in trials
+    ], found=int(found[1]) if found else None, plan=plan[1].strip() if plan else None,
+               steps_down=step, rank1_beyond_trials_mib=int(check[1]) if check else None,
+               rank1_kept_free_mib=int(check[2]) if check else None, seconds=r.get('seconds'),
                peak_rss_mib=r.get('peak_rss_mib'), last_lines=log.strip().splitlines()[-12:])
     print(
         f"limit {limit} MiB: {res['outcome']}; found {res['found']} in {len(trials)} trials; "
-        f"plan {res['plan']}; steps down {step or 'none'}; rc {r['rc']}", flush=True)
+        f"plan {res['plan']}; steps down {step or 'none'}; rank 1 holds "
+        f"{res['rank1_beyond_trials_mib']} of {res['rank1_kept_free_mib']} MiB kept free; "
+        f"rc {r['rc']}", flush=True)
     if res['outcome'] != 'trained':
         print('\n'.join(res['last_lines']), flush=True)
     return res
@@ -61,6 +68,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--limits', type=int, nargs='+', default=[700, 850, 1000, 1150, 1300])
     parser.add_argument('--epochs', type=int, default=1)
+    parser.add_argument('--reps', type=int, default=1, help='runs per limit')
     args = parser.parse_args()
     data = demo_data(num_train=128)
     config = osp.join(tempfile.mkdtemp(prefix='mmddp_limits_'), 'limited.py')
@@ -70,8 +78,8 @@ def main() -> None:
         'scaling.global_batch_size=64', f'train_cfg.val_begin={args.epochs + 1}',
         'scaling.max_batch_per_device=auto', 'scaling.memory_budget_mib=3000'
     ]
-    runs = [run_limit(config, options, limit) for limit in args.limits]
-    print(save('finder_limits', dict(runs=runs, epochs=args.epochs)))
+    runs = [run_limit(config, options, limit) for _ in range(args.reps) for limit in args.limits]
+    print(save('finder_limits', dict(runs=runs, epochs=args.epochs, reps=args.reps)))
 
 
 if __name__ == '__main__':
