@@ -35,6 +35,12 @@ def outcome(rc: int, log: str) -> str:
     return 'crashed'
 
 
+def _local(line: str) -> str:
+    """A log line without this machine's paths (interpreter, site-packages, temporary dirs)."""
+    line = re.sub(r'/\S*/site-packages/', 'site-packages/', line)
+    return re.sub(r'/\S*/bin/python\S*', 'python', line)
+
+
 def run_limit(config: str, options: list, limit: int) -> dict:
     work = tempfile.mkdtemp(prefix=f'mmddp_limit{limit}_')
     r = watch(
@@ -53,7 +59,8 @@ def run_limit(config: str, options: list, limit: int) -> dict:
     ], found=int(found[1]) if found else None, plan=plan[1].strip() if plan else None,
                steps_down=step, rank1_beyond_trials_mib=int(check[1]) if check else None,
                rank1_kept_free_mib=int(check[2]) if check else None, seconds=r.get('seconds'),
-               peak_rss_mib=r.get('peak_rss_mib'), last_lines=log.strip().splitlines()[-12:])
+               peak_rss_mib=r.get('peak_rss_mib'),
+               last_lines=[_local(ln) for ln in log.strip().splitlines()[-12:]])
     print(
         f"limit {limit} MiB: {res['outcome']}; found {res['found']} in {len(trials)} trials; "
         f"plan {res['plan']}; steps down {step or 'none'}; rank 1 holds "
