@@ -16,7 +16,7 @@ from torch.distributed.elastic.multiprocessing.errors import get_error_handler, 
 from .checkpoint import UNSAFE_ENV
 from .cli import build_parser, default_work_dir, parse_args  # noqa: F401  (the entry's API)
 from .dist.env import DistEnv, read_dist_env, threads_per_process
-from .dist.launch import ensure_process_group, launch_workers, shutdown
+from .dist.launch import ensure_process_group, launch_workers, read_launch_env, shutdown
 from .dist.wrapper import model_wrapper_for
 from .errors import UserError
 from .failures import clear_failure, record_failure
@@ -186,7 +186,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if args.explain:
             return _explain(args)
-        env = read_dist_env(os.environ, args.launcher, num_gpus=_visible_gpus())
+        env = read_launch_env(args.launcher, num_gpus=_visible_gpus())
         _train(args, env)
     except UserError as e:
         print(f'[mmddp_ext] error: {e}', file=sys.stderr, flush=True)
