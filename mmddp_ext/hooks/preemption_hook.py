@@ -8,6 +8,7 @@ the user sees, is in docs/launching.md ("Stopping and continuing").
 import os
 import os.path as osp
 import signal
+import threading
 import time
 from typing import Any, Dict, Optional, Sequence
 
@@ -28,6 +29,20 @@ class TrainingStopped(SystemExit):
 
     def __init__(self) -> None:
         super().__init__(STOPPED_EXIT_CODE)
+
+
+def die_of(signum: int) -> None:
+    """End this process by ``signum`` with the default action, from any thread (the C-level
+    disposition is reset: Python's ``signal.signal`` works in the main thread only)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.signal.argtypes, libc.signal.restype = [ctypes.c_int, ctypes.c_void_p], ctypes.c_void_p
+        libc.signal(signum, 0)  # SIG_DFL
+        os.kill(os.getpid(), signum)
+    except (OSError, AttributeError):
+        pass
+    os._exit(128 + signum)
 
 
 def _signal_numbers(names: Sequence[str]) -> Dict[int, str]:
@@ -70,6 +85,11 @@ class PreemptionHook(Hook):
         requeue: in a requeue-able Slurm batch job, requeue it after the save.
         interval: agree every ``interval`` iterations (1: stop after the iteration in which
             the signal came).
+        grace: seconds a SIGTERM leaves for the stop (the iteration and the save); a rank
+            that has not saved by then dies of it, as without this hook: torchrun and Slurm
+            (``KillWait``) send SIGKILL 30 s after their SIGTERM, and a launcher that stops a
+            job after a failure sends SIGTERM too. None: no limit. SIGUSR1, an advance warning,
+            has none.
 
     Example::
 
@@ -79,14 +99,18 @@ class PreemptionHook(Hook):
     priority = 'HIGHEST'  # its handler must be installed before the watchdog's faulthandler
 
     def __init__(self, signals: Sequence[str] = ('SIGTERM', 'SIGUSR1'), requeue: bool = True,
-                 interval: int = 1) -> None:
+                 interval: int = 1, grace: Optional[float] = 25.0) -> None:
         if isinstance(signals, str):
             signals = [signals]
         self.signals = _signal_numbers(signals)
         if not isinstance(interval, int) or interval < 1:
             raise ValueError(f'PreemptionHook interval={interval!r} must be a whole number of '
                              'iterations, at least 1')
-        self.requeue, self.interval = requeue, interval
+        if grace is not None and not (isinstance(grace, (int, float)) and grace > 0):
+            raise ValueError(f'PreemptionHook grace={grace!r} must be a positive number of '
+                             'seconds, or None (no limit)')
+        self.requeue, self.interval, self.grace = requeue, interval, grace
+        self._done = threading.Event()  # the stop is saved, or training is over
         self.received: Optional[str] = None  # the first stop signal, by name
         self.stopped: Optional[dict] = None  # what the stop did, once it happened
         self.signal_count = 0  # stop signals received while training
@@ -103,10 +127,20 @@ class PreemptionHook(Hook):
             self.signal_count += 1
             if self.received is None:
                 self.received = self.signals.get(signum, str(signum))
+                if signum == signal.SIGTERM and self.grace is not None and not self._done.is_set():
+                    threading.Thread(target=self._expire, args=(signum, ), daemon=True).start()
             return  # a stop is on its way (or done): nothing else happens now
         previous = self._previous.get(signum)  # training is over: behave as before
         signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         os.kill(os.getpid(), signum)
+
+    def _expire(self, signum: int) -> None:
+        """After ``grace`` seconds without the stop saved (a rank stuck, or waiting for one that
+        died: the launcher is stopping the job after a failure), die of the signal as if this
+        hook were not there, so the diagnosis sees what it always saw."""
+        if self._done.wait(self.grace):
+            return
+        die_of(signum)
 
     def before_run(self, runner) -> None:
         # before the HangWatchdogHook's faulthandler.register(SIGTERM, chain=True), which then
@@ -165,6 +199,8 @@ class PreemptionHook(Hook):
 
     def after_train(self, runner) -> None:
         self._active = False
+        if self.stopped is None:
+            self._done.set()  # training is over: a signal now changes nothing
         if runner.rank == 0 and self.agreements:
             runner.logger.info(f'[mmddp_ext] stop-signal check: {self.agreements} all_reduce '
                                f'of one integer, {1e3 * self.agree_seconds / self.agreements:.3f} '
@@ -186,6 +222,7 @@ class PreemptionHook(Hook):
             atomic_write_text(osp.join(runner.work_dir, 'last_checkpoint'), path)
         if dist.is_available() and dist.is_initialized():
             dist.barrier(group=self._group)  # rank 0 has written it
+        self._done.set()
         self.stopped['checkpoint'] = path if saved else None
         where = f'iteration {self.stopped["iteration"]}'
         if isinstance(runner.train_loop, EpochBasedTrainLoop):
