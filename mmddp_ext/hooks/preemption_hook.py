@@ -204,7 +204,7 @@ class PreemptionHook(Hook):
         if runner.rank == 0 and self.agreements:
             runner.logger.info(f'[mmddp_ext] stop-signal check: {self.agreements} all_reduce '
                                f'of one integer, {1e3 * self.agree_seconds / self.agreements:.3f} '
-                               'ms each on average')
+                               'ms each on average, waiting for the slowest rank included')
         if self.stopped is not None and 'checkpoint' not in self.stopped:
             self._save(runner, runner.epoch, runner.iter)
 
