@@ -387,9 +387,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         run(parse_args(args))
     except ChildFailedError as e:
         records = failure_records(e.failures)
-        if all(r['exitcode'] == STOPPED for r in records):  # PreemptionHook: saved, not failed
-            log(f'torchrun: {len(records)} worker(s) stopped on a signal after saving a '
-                f'checkpoint (exit code {STOPPED}): --resume continues')
+        # PreemptionHook: the first exit is a stop after the save that every worker took part
+        # in; the others may then be ended by the agent: saved, not failed
+        if records and records[0]['exitcode'] == STOPPED:
+            log(f'torchrun: the workers stopped on a signal after saving a checkpoint (exit code '
+                f'{STOPPED}): --resume continues')
             return STOPPED
         report = os.environ.get(REPORT_ENV)
         if report:

@@ -103,7 +103,7 @@ def test_sigterm_under_dist_train_sh_exits_75_and_resume_continues(reference, de
     [(rc, out)] = finish([proc])
     assert rc == 75, out[-3000:]
     assert 'stopped by SIGTERM after epoch 2, iteration 11 (3 of 8 in the epoch)' in out
-    assert ('worker(s) stopped on a signal after saving a checkpoint (exit code 75): --resume '
-            'continues') in out
+    assert ('torchrun: the workers stopped on a signal after saving a checkpoint (exit code 75): '
+            '--resume continues') in out
     assert '==== mmddp_ext diagnosis' not in out  # not a failure
     assert osp.isfile(osp.join(work, 'iter_11.pth'))

@@ -80,10 +80,11 @@ class StopPointHook(Hook):
 
 # ---- the tests' side ----
 def hook_source(flag_dir: str, iteration: int, hold_save: bool = False) -> str:
-    """This hook as a ``custom_hooks`` item for ``conftest.demo_with_hooks`` (``iteration=0``:
-    records only, never holds)."""
+    """This hook as ``custom_hooks`` items for ``conftest.demo_with_hooks`` (``iteration=0``:
+    records only, never holds), with a PreemptionHook whose SIGTERM grace no loaded machine
+    runs out of while the test holds it (the grace itself: tests/e2e/test_faults.py)."""
     return (f'dict(type="StopPointHook", iteration={iteration}, flag_dir={flag_dir!r}, '
-            f'hold_save={hold_save})')
+            f'hold_save={hold_save}), dict(type="PreemptionHook", grace=600)')
 
 
 # 64 images, global batch 8 (4 per rank on 2 ranks): 8 iterations per epoch, 2 epochs
