@@ -16,10 +16,11 @@ from torch.distributed.elastic.multiprocessing.errors import get_error_handler, 
 from .checkpoint import UNSAFE_ENV
 from .cli import build_parser, default_work_dir, parse_args  # noqa: F401  (the entry's API)
 from .dist.env import DistEnv, read_dist_env, threads_per_process
-from .dist.launch import ensure_process_group, launch_workers, shutdown
+from .dist.launch import ensure_process_group, launch_workers, read_launch_env, shutdown
 from .dist.wrapper import model_wrapper_for
 from .errors import UserError
 from .failures import clear_failure, record_failure
+from .hooks.preemption_hook import STOPPED_EXIT_CODE, TrainingStopped
 from .scaling.apply import check_runtime_for_config, plan_for_config, scaling_of
 from .utils.config import load_config
 
@@ -129,7 +130,15 @@ def _visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def _train(args: argparse.Namespace, env: DistEnv) -> None:
+def stopped(runner) -> Optional[dict]:
+    """What the runner's :class:`~mmddp_ext.hooks.PreemptionHook` did when a signal stopped
+    the run (signal, iteration, checkpoint, requeued), else None."""
+    from .hooks.preemption_hook import PreemptionHook
+    hook = next((h for h in getattr(runner, 'hooks', []) if isinstance(h, PreemptionHook)), None)
+    return hook.stopped if hook is not None else None
+
+
+def _train(args: argparse.Namespace, env: DistEnv) -> int:
     from mmengine.logging import print_log
     work_dir = default_work_dir(args)
     runner = cfg = None
@@ -156,6 +165,8 @@ def _train(args: argparse.Namespace, env: DistEnv) -> None:
         for note in notes:
             print_log(f'[mmddp_ext] {note}', logger='current')
         runner.train()
+    except TrainingStopped:  # saved; the loop could not stop mid-epoch by itself
+        pass
     except BaseException as e:
         faulthandler.cancel_dump_traceback_later()  # this rank failed; it is not stuck
         record_failure(work_dir, env.rank, e, lambda: failure_context(runner, env, cfg))
@@ -163,8 +174,10 @@ def _train(args: argparse.Namespace, env: DistEnv) -> None:
     # Clean exit: barrier -> destroy the process group -> drop the DDP model -> collect, so
     # gloo does not abort at interpreter exit ("terminate called without an active exception").
     shutdown()
+    code = STOPPED_EXIT_CODE if stopped(runner) else 0
     runner = None  # drop the DDP model before the interpreter exits
     gc.collect()
+    return code
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -188,18 +201,19 @@ def _explain(args: argparse.Namespace) -> int:
 
 @record
 def main(argv: Optional[List[str]] = None) -> int:
-    """Train; returns the process exit code (1 with a one-line message for user mistakes)."""
+    """Train; returns the process exit code: 0 done, 1 with a one-line message for user
+    mistakes, 75 (:data:`~mmddp_ext.hooks.STOPPED_EXIT_CODE`) stopped by a signal after saving
+    a checkpoint (``--resume`` continues)."""
     args = parse_args(argv)
     try:
         if args.explain:
             return _explain(args)
-        env = read_dist_env(os.environ, args.launcher, num_gpus=_visible_gpus())
-        _train(args, env)
+        env = read_launch_env(args.launcher, num_gpus=_visible_gpus())
+        return _train(args, env)
     except UserError as e:
         print(f'[mmddp_ext] error: {e}', file=sys.stderr, flush=True)
         get_error_handler().record_exception(e)  # torchrun's summary shows the same line
         return 1
-    return 0
 
 
 def launch(config: Union[str, Config], nproc_per_node: int = 1, nnodes: int = 1, node_rank: int = 0,

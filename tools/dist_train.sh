@@ -25,7 +25,8 @@
 # use is named with the process holding it; an unreachable node 0 is named after the bound)
 # and replaces torchrun's dump of a failed worker by one line plus the diagnosis.
 # Exit codes: 0 done; 1 a worker failed (diagnosis printed); 2 nothing started (one line says
-# why: bad arguments, port in use, node 0 unreachable, the other nodes did not join).
+# why: bad arguments, port in use, node 0 unreachable, the other nodes did not join); 75 stopped
+# by SIGTERM/SIGUSR1 after saving a checkpoint (PreemptionHook): --resume continues.
 set -uo pipefail
 
 if [ $# -lt 2 ]; then
@@ -70,7 +71,7 @@ PYTHONPATH="$HERE/..${PYTHONPATH:+:$PYTHONPATH}" \
   --master-addr="$MASTER_ADDR" ${PORT:+--master-port="$PORT"} --nproc_per_node="$GPUS" \
   --max-restarts="$MAX_RESTARTS" "$HERE/dist_train.py" "$CONFIG" "$@"
 rc=$?
-if [ "$rc" != 0 ] && [ "$rc" != 2 ]; then  # 2: nothing started, the front's one line says why
+if [ "$rc" != 0 ] && [ "$rc" != 2 ] && [ "$rc" != 75 ]; then  # 2, 75: the front's line says why
   REPORT_ARGS=()
   [ -s "$MMDDP_LAUNCH_REPORT" ] && REPORT_ARGS=(--launch-report "$MMDDP_LAUNCH_REPORT")
   PYTHONPATH="$HERE/..${PYTHONPATH:+:$PYTHONPATH}" \

@@ -2,7 +2,8 @@
 # Install the OpenMMLab stack mmddp_ext needs, and mmddp_ext itself.
 #
 #   bash tools/install.sh               # stack + mmddp_ext (editable)
-#   bash tools/install.sh --with-tests  # ... plus the test requirements
+#   bash tools/install.sh --with-tests  # ... plus the test requirements and, as root with
+#                                       # apt-get, Slurm + munge for tests/slurm (else skipped)
 #
 # Where: into the Python that tools/py picks ($PYTHON, else the active virtual environment, else
 # <repo>/.venv, else python, else python3), when pip may install into it. When it may not (no
@@ -24,6 +25,8 @@
 #      (requirements/albumentations.txt: its opencv-python-headless would shadow opencv-python)
 #   9. mmddp_ext itself (pip install -e .)
 #  10. one import of the whole stack, so a broken pairing fails here and not in training
+#  11. with --with-tests: the test requirements; 12. slurm-wlm + munge for tests/slurm, when
+#      missing and root with apt-get (if that fails, the install goes on: those tests skip)
 # Missing system packages (python3-venv, a C++ compiler and Python headers for the builds,
 # OpenCV's libraries) are installed with apt-get when running as root; otherwise the script
 # stops and prints the command to run.
@@ -40,13 +43,13 @@ WITH_TESTS=0
 for arg in "$@"; do
   case "$arg" in
     --with-tests) WITH_TESTS=1 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown argument '$arg' (expected --with-tests)" >&2; exit 2 ;;
   esac
 done
 
 LOG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/mmddp_ext_install.XXXXXX")
-TOTAL=$((10 + WITH_TESTS))
+TOTAL=$((10 + 2 * WITH_TESTS))
 N=0
 exec 3>&1  # step bodies print their decisions on fd 3; everything else goes to the step's log
 
@@ -382,6 +385,18 @@ print("torch", torch.__version__, "torchvision", torchvision.__version__, "mmcv"
 
 tests_step() { "${PIP[@]}" install -r "$ROOT/requirements/tests.txt"; }
 
+slurm_step() {  # tests/slurm start a local Slurm cluster; without one they are skipped
+  if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null; then
+    say "$(slurmctld -V) and munge already installed"
+  elif ! is_root || ! command -v apt-get >/dev/null; then
+    say "no Slurm here: tests/slurm will be skipped (Debian/Ubuntu: apt-get install slurm-wlm munge)"
+  elif apt_install slurm-wlm munge; then
+    say "installed $(slurmctld -V) and munge"
+  else
+    say "apt-get could not install slurm-wlm munge: tests/slurm will be skipped"
+  fi
+}
+
 t_all=$SECONDS
 choose_python
 PIP=("$PYTHON" -m pip --disable-pip-version-check)
@@ -397,4 +412,5 @@ step "albumentations 1.4.24 (--no-deps)" albumentations_step
 step "mmddp_ext (editable)" self_step
 step "check that the stack imports" verify_step
 [ "$WITH_TESTS" = 1 ] && step "test requirements" tests_step
+[ "$WITH_TESTS" = 1 ] && step "Slurm + munge for tests/slurm (optional)" slurm_step
 echo "[install] all done in $((SECONDS - t_all)) s"

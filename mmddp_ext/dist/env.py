@@ -20,9 +20,10 @@ Sources, by launcher:
   by host (with ``CUDA_VISIBLE_DEVICES`` naming one GPU per process it is 0, also right). On a
   CPU it only names the process.
 * ``slurm``: SLURM_PROCID → RANK, SLURM_NTASKS → WORLD_SIZE, SLURM_LOCALID → LOCAL_RANK,
-  SLURM_NODEID → node rank, SLURM_NNODES → nnodes; MASTER_ADDR defaults to the first host of
-  SLURM_NODELIST and MASTER_PORT to ``20000 + SLURM_JOB_ID % 10000`` (two jobs sharing a node
-  do not clash).
+  SLURM_NODEID → node rank, SLURM_NNODES → nnodes; MASTER_ADDR defaults to the address of the
+  first node of the step (its ``NodeAddr``, which the caller asks Slurm for:
+  :func:`mmddp_ext.dist.slurm.master_addr`), else that node's name, and MASTER_PORT to
+  ``20000 + SLURM_JOB_ID % 10000`` (two jobs sharing a node do not clash).
 
 Every mistake raises :class:`DistEnvError` with one line naming the variable, its value and
 the fix.
@@ -138,8 +139,14 @@ def first_slurm_host(nodelist: str) -> str:
     return first
 
 
-def slurm_to_torch(environ: Mapping[str, str]) -> dict:
-    """Map a Slurm task's variables onto torchrun's (RANK, WORLD_SIZE, LOCAL_RANK, ...)."""
+def slurm_to_torch(environ: Mapping[str, str], master_addr: Optional[str] = None) -> dict:
+    """Map a Slurm task's variables onto torchrun's (RANK, WORLD_SIZE, LOCAL_RANK, ...).
+
+    Args:
+        environ: the task's environment.
+        master_addr: the address of the first node of the step, as Slurm reaches it
+            (``NodeAddr``); None: that node's name. ``MASTER_ADDR`` in ``environ`` wins.
+    """
     fix = 'run the command under srun, e.g. srun -N1 -n2 python tools/dist_train.py CONFIG ' \
           '--launcher slurm (or use tools/slurm_train.sh)'
     out = {}
@@ -158,6 +165,8 @@ def slurm_to_torch(environ: Mapping[str, str]) -> dict:
     nodelist = environ.get('SLURM_STEP_NODELIST') or environ.get('SLURM_NODELIST')
     if environ.get('MASTER_ADDR'):
         out['MASTER_ADDR'] = environ['MASTER_ADDR']
+    elif master_addr:
+        out['MASTER_ADDR'] = master_addr
     elif nodelist:
         out['MASTER_ADDR'] = first_slurm_host(nodelist)
     if environ.get('MASTER_PORT'):
@@ -192,14 +201,16 @@ def _local_rank(env: Mapping[str, str], rank: int, world: int,
     return local, lws, source
 
 
-def read_dist_env(environ: Mapping[str, str], launcher: Optional[str] = None,
-                  num_gpus: int = 0) -> DistEnv:
+def read_dist_env(environ: Mapping[str, str], launcher: Optional[str] = None, num_gpus: int = 0,
+                  slurm_master_addr: Optional[str] = None) -> DistEnv:
     """Validate the launcher variables and return where this process sits.
 
     Args:
         environ: usually ``os.environ``.
         launcher: 'none', 'pytorch' or 'slurm'; None detects it (:func:`detect_launcher`).
         num_gpus: GPUs visible to this process (``torch.cuda.device_count()``; 0 on CPU).
+        slurm_master_addr: under Slurm, the address of the step's first node (see
+            :func:`slurm_to_torch`).
 
     Raises:
         DistEnvError: one line naming the variable, its value and the fix.
@@ -211,7 +222,7 @@ def read_dist_env(environ: Mapping[str, str], launcher: Optional[str] = None,
         raise DistEnvError(f'launcher={launcher!r} is not one of none, pytorch, slurm')
     env = dict(environ)
     if launcher == 'slurm':
-        env.update(slurm_to_torch(environ))
+        env.update(slurm_to_torch(environ, slurm_master_addr))
     return _read_torch_vars(env, launcher, num_gpus)
 
 

@@ -19,10 +19,11 @@ the Runner is built (``Runner.setup_env`` then skips its own ``init_dist``):
 import os
 import time
 from datetime import timedelta
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from ..utils.checks import positive_int
-from .env import DistEnv, DistEnvError, choose_backend, read_dist_env
+from . import slurm
+from .env import DistEnv, DistEnvError, choose_backend, detect_launcher, read_dist_env
 from .run_front import (DEFAULT_LOG_EVERY, DEFAULT_TIMEOUT, IFNAME_VARS, LOG_EVERY_ENV, TIMEOUT_ENV,
                         find_free_port, is_loopback, listen_on)
 from .run_front import log as _log
@@ -43,6 +44,17 @@ def _seconds(name: str, default: float) -> float:
         return seconds_from_env(os.environ, name, default)
     except ValueError as e:
         raise DistEnvError(str(e)) from None
+
+
+def read_launch_env(launcher: Optional[str] = None, num_gpus: int = 0,
+                    environ: Optional[Mapping[str, str]] = None) -> DistEnv:
+    """:func:`~mmddp_ext.dist.env.read_dist_env` of ``environ`` (default ``os.environ``); under
+    Slurm with the address of the step's first node asked from Slurm
+    (:func:`mmddp_ext.dist.slurm.master_addr`: its ``NodeAddr``, which every node reaches)."""
+    environ = os.environ if environ is None else environ
+    launcher = launcher or detect_launcher(environ)
+    addr = slurm.master_addr(environ) if launcher == 'slurm' else None
+    return read_dist_env(environ, launcher, num_gpus, slurm_master_addr=addr)
 
 
 def pin_device(local_rank: int) -> Optional[int]:
@@ -202,8 +214,7 @@ def ensure_process_group(launcher: str, dist_cfg: Optional[dict] = None,
         return []
     dist_cfg = dist_cfg or {}
     backend, warning = init_distributed(
-        env or read_dist_env(os.environ, launcher), dist_cfg.get('backend'),
-        dist_cfg.get('timeout'))
+        env or read_launch_env(launcher), dist_cfg.get('backend'), dist_cfg.get('timeout'))
     return [f'process group: {backend}'] + ([warning] if warning else [])
 
 

@@ -23,7 +23,7 @@ What it adds to torchrun, before and after:
   ``$MMDDP_LAUNCH_REPORT`` when set.
 
 Exit codes: 0 done; 1 a worker failed; 2 nothing was started (bad setting, port in use, master
-unreachable, the other nodes did not join).
+unreachable, the other nodes did not join); 75 every worker stopped on a signal after saving.
 
 Run as a script (``dist_train.sh`` does), so that the agent does not import the ``mmddp_ext``
 package (and with it MMEngine): this file needs only the standard library, torch and psutil.
@@ -47,6 +47,7 @@ DEFAULT_TIMEOUT = 300.0
 DEFAULT_LOG_EVERY = 30.0
 IFNAME_VARS = ('GLOO_SOCKET_IFNAME', 'NCCL_SOCKET_IFNAME')
 NOTHING_STARTED = 2
+STOPPED = 75  # every worker stopped on a signal after its checkpoint (PreemptionHook)
 
 
 def log(message: str) -> None:
@@ -386,6 +387,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         run(parse_args(args))
     except ChildFailedError as e:
         records = failure_records(e.failures)
+        # PreemptionHook: the first exit is a stop after the save that every worker took part
+        # in; the others may then be ended by the agent: saved, not failed
+        if records and records[0]['exitcode'] == STOPPED:
+            log(f'torchrun: the workers stopped on a signal after saving a checkpoint (exit code '
+                f'{STOPPED}): --resume continues')
+            return STOPPED
         report = os.environ.get(REPORT_ENV)
         if report:
             write_report(report, records)

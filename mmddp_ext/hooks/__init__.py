@@ -1,8 +1,10 @@
 from .finite_loss_hook import FiniteLossHook, NonFiniteLossError
 from .memory_hook import RankMemoryHook
+from .preemption_hook import STOPPED_EXIT_CODE, PreemptionHook, TrainingStopped
 from .scaling_hook import ScalingHook
 from .watchdog_hook import HangWatchdogHook
 
 __all__ = [
-    'FiniteLossHook', 'HangWatchdogHook', 'NonFiniteLossError', 'RankMemoryHook', 'ScalingHook'
+    'FiniteLossHook', 'HangWatchdogHook', 'NonFiniteLossError', 'PreemptionHook', 'RankMemoryHook',
+    'STOPPED_EXIT_CODE', 'ScalingHook', 'TrainingStopped'
 ]

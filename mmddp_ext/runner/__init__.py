@@ -1,6 +1,7 @@
 from .ddp_runner import DDPRunner
 from .entry import honour_runner_type
+from .resumable_loop import ResumableEpochLoop, ResumableSampler
 
 honour_runner_type()  # Runner.from_cfg builds the config's runner_type (see .entry)
 
-__all__ = ['DDPRunner', 'honour_runner_type']
+__all__ = ['DDPRunner', 'ResumableEpochLoop', 'ResumableSampler', 'honour_runner_type']

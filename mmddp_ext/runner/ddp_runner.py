@@ -17,9 +17,12 @@ train is built as MMEngine's Runner builds it):
 3. a :class:`~mmddp_ext.hooks.ScalingHook` (logs the plan, stores it in checkpoints,
    reconciles a resume on another world size), a
    :class:`~mmddp_ext.hooks.RankMemoryHook` (``interval=50``) and a
-   :class:`~mmddp_ext.hooks.FiniteLossHook` (``action='stop'``) and a
-   :class:`~mmddp_ext.hooks.HangWatchdogHook` (names a stuck rank) are added unless the
-   config's ``custom_hooks`` list them already;
+   :class:`~mmddp_ext.hooks.FiniteLossHook` (``action='stop'``), a
+   :class:`~mmddp_ext.hooks.HangWatchdogHook` (names a stuck rank) and a
+   :class:`~mmddp_ext.hooks.PreemptionHook` (SIGTERM/SIGUSR1: save and stop) are added unless
+   the config's ``custom_hooks`` list them already; an epoch-based train loop is a
+   :class:`~mmddp_ext.runner.resumable_loop.ResumableEpochLoop` (resumes mid-epoch at the
+   next batch);
 4. checkpoints are written atomically (temporary file, fsync, rename), in a form plain
    ``torch.load`` opens (:meth:`DDPRunner.call_hook`), never with non-finite weights and
    never such a one as "best" (:meth:`DDPRunner.save_checkpoint`,
@@ -58,10 +61,12 @@ from ..scaling.apply import apply_plan, check_runtime_for_config, plan_for_confi
 from ..scaling.config import ScalingConfig
 from ..utils.io import commit
 from ..utils.quiet import quiet_logger, quiet_warnings
+from .resumable_loop import resumable_loop_cfg
 
 # Added unless the config lists them itself (e.g. with another interval).
 DEFAULT_HOOKS = (dict(type='ScalingHook'), dict(type='RankMemoryHook', interval=50),
-                 dict(type='FiniteLossHook', action='stop'), dict(type='HangWatchdogHook'))
+                 dict(type='FiniteLossHook',
+                      action='stop'), dict(type='HangWatchdogHook'), dict(type='PreemptionHook'))
 
 
 def _layout(launcher: str) -> Tuple[int, int]:
@@ -202,6 +207,10 @@ class DDPRunner(Runner):
         runner.batch_probe = stored
         runner.trial_baseline = baseline
         return runner
+
+    def build_train_loop(self, loop: Any) -> Any:
+        """MMEngine's train loop; the epoch-based one is a ``ResumableEpochLoop``."""
+        return super().build_train_loop(resumable_loop_cfg(loop))
 
     def wrap_model(self, model_wrapper_cfg: Optional[dict], model: Any) -> Any:
         """MMEngine's wrapping; on CPUs (gloo) SyncBN layers become BatchNorm

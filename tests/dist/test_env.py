@@ -108,6 +108,18 @@ def test_slurm_mapping():
     assert (env.master_addr, env.master_port) == ('gpu-node07', 20000 + 123456 % 10000)
 
 
+@pytest.mark.parametrize(
+    'extra, resolved, master',
+    [
+        ({}, '10.0.0.7', '10.0.0.7'),  # the NodeAddr Slurm gave (mmddp_ext.dist.slurm)
+        ({}, None, 'gpu-node07'),  # scontrol could not say: the node's name
+        (dict(MASTER_ADDR='10.1.2.3'), '10.0.0.7', '10.1.2.3'),  # the user's choice wins
+    ])
+def test_slurm_master_addr_is_the_address_slurm_gives(extra, resolved, master):
+    env = read_dist_env(dict(SLURM_TASK, **extra), num_gpus=2, slurm_master_addr=resolved)
+    assert env.master_addr == master
+
+
 def test_slurm_explicit_master_wins_and_missing_var_is_named():
     out = slurm_to_torch(dict(SLURM_TASK, MASTER_ADDR='10.1.2.3', MASTER_PORT='29501'))
     assert (out['MASTER_ADDR'], out['MASTER_PORT']) == ('10.1.2.3', '29501')

@@ -1,0 +1,141 @@
+"""Resuming in the middle of an epoch without training a batch twice or losing one.
+
+MMEngine 0.10.7's ``EpochBasedTrainLoop`` restores the epoch and iteration counters of a
+checkpoint, then starts the epoch from its first batch: a checkpoint saved after batch 5 of 10
+(:class:`~mmddp_ext.hooks.PreemptionHook`, or an iteration-interval ``CheckpointHook``) trains
+batches 1-5 again, and the iteration counter ends 5 past ``max_iters``. Its train dataloader's
+sampler also keeps the seed of the new run, so the order of the batches is another one.
+
+:class:`ResumableEpochLoop` (``DDPRunner`` builds it where MMEngine would build an
+``EpochBasedTrainLoop``) continues the resumed epoch at the next batch: ``done = iter - epoch ×
+len(dataloader)`` batches of the epoch are behind us. The train dataloader's ``DefaultSampler``
+is a :class:`ResumableSampler`, which starts that epoch ``done × batch_size`` indices in (no
+sample is loaded for the skipped batches) with the checkpoint's seed; with another sampler or
+batch sampler the skipped batches are loaded and dropped (one log line says so). The loop
+also stops in the middle of an epoch when ``stop_training`` is set during it (no epoch end,
+no validation). Exact on the same world size; on another one the samples skipped are the same
+number, not the same ones.
+"""
+import copy
+import itertools
+from typing import Any, Iterable, Optional
+
+from mmengine.dataset import DefaultSampler
+from mmengine.registry import DATA_SAMPLERS, LOOPS
+from mmengine.runner import EpochBasedTrainLoop
+from torch.utils.data import BatchSampler
+
+_EPOCH_LOOPS = ('EpochBasedTrainLoop', 'mmengine.EpochBasedTrainLoop')
+_DEFAULT_SAMPLERS = ('DefaultSampler', 'mmengine.DefaultSampler', DefaultSampler)
+
+
+@DATA_SAMPLERS.register_module()
+class ResumableSampler(DefaultSampler):
+    """MMEngine's ``DefaultSampler`` whose next pass can start ``skip`` indices in.
+
+    Attributes:
+        skip: indices of this rank to leave out at the start of the next pass only.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.skip = 0
+
+    def __iter__(self):
+        indices = list(super().__iter__())
+        skip, self.skip = self.skip, 0
+        return iter(indices[skip:])
+
+
+def resumable_loop_cfg(loop: Any) -> Any:
+    """The train loop config with MMEngine's epoch-based loop replaced by
+    :class:`ResumableEpochLoop` (``by_epoch=True`` or ``type='EpochBasedTrainLoop'``); any
+    other loop config (or a built loop) as it is."""
+    if not isinstance(loop, dict):
+        return loop
+    cfg = copy.deepcopy(loop)
+    if 'type' not in cfg and cfg.get('by_epoch') is True:
+        cfg.pop('by_epoch')
+    elif cfg.get('type') not in _EPOCH_LOOPS and cfg.get('type') is not EpochBasedTrainLoop:
+        return loop
+    cfg['type'] = 'ResumableEpochLoop'
+    return cfg
+
+
+def resumable_dataloader_cfg(dataloader: Any) -> Any:
+    """A dataloader config whose ``DefaultSampler`` becomes a :class:`ResumableSampler`."""
+    if not isinstance(dataloader, dict) or not isinstance(dataloader.get('sampler'), dict):
+        return dataloader
+    if dataloader['sampler'].get('type') not in _DEFAULT_SAMPLERS:
+        return dataloader
+    cfg = copy.copy(dataloader)
+    cfg['sampler'] = dict(dataloader['sampler'], type='ResumableSampler')
+    return cfg
+
+
+@LOOPS.register_module()
+class ResumableEpochLoop(EpochBasedTrainLoop):
+    """``EpochBasedTrainLoop`` that resumes mid-epoch at the next batch and can stop mid-epoch.
+
+    Takes ``EpochBasedTrainLoop``'s arguments.
+    """
+
+    stops_mid_epoch = True  # PreemptionHook: setting stop_training ends the epoch here
+
+    def __init__(self, runner, dataloader, *args: Any, **kwargs: Any) -> None:
+        super().__init__(runner, resumable_dataloader_cfg(dataloader), *args, **kwargs)
+        self._stopped_mid_epoch = False
+
+    def run(self) -> Any:
+        """MMEngine's loop; an epoch stopped in the middle gets no validation."""
+        self._use_resumed_seed()
+        self.runner.call_hook('before_train')
+        while self._epoch < self._max_epochs and not self.stop_training:
+            self.run_epoch()
+            if self._stopped_mid_epoch:
+                break
+            self._decide_current_val_interval()
+            if (self.runner.val_loop is not None and self._epoch >= self.val_begin
+                    and (self._epoch % self.val_interval == 0 or self._epoch == self._max_epochs)):
+                self.runner.val_loop.run()
+        self.runner.call_hook('after_train')
+        return self.runner.model
+
+    def run_epoch(self) -> None:
+        """One epoch, from the batch after the last one trained."""
+        done = self._iter - self._epoch * len(self.dataloader)
+        done = done if 0 < done <= len(self.dataloader) else 0
+        self.runner.call_hook('before_train_epoch')
+        self.runner.model.train()
+        for idx, data_batch in enumerate(self._batches(done), start=done):
+            self.run_iter(idx, data_batch)
+            if self.stop_training:
+                self._stopped_mid_epoch = True
+                return
+        self.runner.call_hook('after_train_epoch')
+        self._epoch += 1
+
+    def _batches(self, done: int) -> Iterable:
+        """The dataloader, without its first ``done`` batches."""
+        if done == 0:
+            return self.dataloader
+        loader = self.dataloader
+        sampler = getattr(loader, 'sampler', None)
+        self.runner.logger.info(f'[mmddp_ext] resuming epoch {self._epoch + 1} after batch '
+                                f'{done} of {len(loader)}: continuing at batch {done + 1}')
+        if (isinstance(sampler, ResumableSampler) and type(loader.batch_sampler) is BatchSampler
+                and loader.batch_size):
+            sampler.skip = done * loader.batch_size
+            return loader
+        self.runner.logger.info(f'[mmddp_ext] the sampler ({type(sampler).__name__}) cannot skip '
+                                f'batches: loading and dropping the first {done}')
+        return itertools.islice(loader, done, None)
+
+    def _use_resumed_seed(self) -> None:
+        """After a resume, the sampler shuffles with the checkpoint's seed (``runner.seed``),
+        as the interrupted run did, unless every rank has its own seed (``diff_rank_seed``)."""
+        sampler: Optional[Any] = getattr(self.dataloader, 'sampler', None)
+        randomness = self.runner.cfg.get('randomness') or {}
+        if (isinstance(sampler, DefaultSampler) and not randomness.get('diff_rank_seed', False)
+                and self.runner.seed is not None and sampler.seed != self.runner.seed):
+            sampler.seed = self.runner.seed

@@ -1,0 +1,60 @@
+"""A Slurm batch job (tools/slurm_sbatch.sh, ``--requeue``) told to stop by
+``scancel --signal=USR1`` in the middle of an epoch saves, requeues itself, starts again and
+finishes: every iteration and sample is trained once, as in a job that was never stopped."""
+import os.path as osp
+
+import pytest
+import torch
+
+from conftest import PYTHON, check_ok, demo_options, demo_with_hooks, run
+from tests.helpers.stop_point_hook import STOP_OPTIONS, hook_source, trained_iterations, wait_for
+
+pytestmark = pytest.mark.slow
+
+PER_EPOCH, EPOCHS = 8, 2
+
+
+def test_usr1_mid_epoch_saves_requeues_and_the_job_finishes_as_if_never_stopped(
+        slurm, demo_data, tmp_path):
+    options = demo_options(demo_data, EPOCHS, **STOP_OPTIONS)
+    ref_flags = str(tmp_path / 'ref_flags')
+    ref_config = demo_with_hooks(tmp_path, hook_source(ref_flags, 0), ['stop_point_hook'], 'ref.py')
+    check_ok(
+        run([
+            'srun', '-N2', '--ntasks-per-node=1', PYTHON, 'tools/dist_train.py', ref_config,
+            '--launcher', 'slurm', '--work-dir',
+            str(tmp_path / 'ref'), *options
+        ], env=dict(SLURM_CONF=slurm.conf)))
+    reference = trained_iterations(ref_flags, 2)
+
+    flags, work, log = str(tmp_path / 'flags'), str(tmp_path / 'w'), str(tmp_path / 'job.out')
+    config = demo_with_hooks(tmp_path, hook_source(flags, 10), ['stop_point_hook'])
+    job = check_ok(
+        run([
+            'sbatch', '--parsable', f'--output={log}', 'tools/slurm_sbatch.sh', config, work,
+            *options
+        ], env=dict(SLURM_CONF=slurm.conf), timeout=60)).strip().split(';')[0]
+    alive = lambda: slurm.job(job).get('JobState') in ('PENDING', 'RUNNING')  # noqa: E731
+    wait_for([osp.join(flags, f'paused_rank{r}') for r in (0, 1)], alive=alive)
+    check_ok(slurm.run('scancel', '--signal=USR1', job))
+    wait_for([osp.join(flags, f'received_rank{r}') for r in (0, 1)], alive=alive)
+    open(osp.join(flags, 'go'), 'w').close()
+    info = slurm.wait_job(job)
+    out = open(log).read()
+    assert info['JobState'] == 'COMPLETED' and info['Restarts'] == '1', (info, out[-4000:])
+    # the first start: held after iteration 10, stopped after the agreed iteration 11
+    assert (f'stopped by SIGUSR1 after epoch 2, iteration 11 (3 of 8 in the epoch): every rank '
+            f'finished it; saved {work}/iter_11.pth') in out
+    assert (f'requeued Slurm job {job}: it resumes from this checkpoint when it starts again '
+            '(exit code 75: stopped, not failed)') in out
+    # the second start, by Slurm: resumed from that checkpoint at the next batch
+    assert f'[slurm_sbatch] job {job} start 1 on n[1-2]' in out
+    assert 'resuming epoch 2 after batch 3 of 8: continuing at batch 4' in out
+    trained = trained_iterations(flags, 2)
+    for rank in (0, 1):
+        assert [it for it, _, _ in trained[rank]] == list(range(1, PER_EPOCH * EPOCHS + 1))
+        assert trained[rank] == reference[rank]
+    seen = sum(len(ids) for rank in trained for _, _, ids in trained[rank])
+    assert seen == sum(len(ids) for rank in reference for _, _, ids in reference[rank]) == 128
+    ckpt = torch.load(osp.join(work, 'epoch_2.pth'), map_location='cpu')
+    assert ckpt['meta']['iter'] == PER_EPOCH * EPOCHS
