@@ -89,6 +89,9 @@ def summarize(work_dir: str, records: Optional[List[Dict]] = None,
             '(exit -9: out of host memory or kill; -6: abort) leaves none; see the '
             "launcher's report above."
         ])
+    silent = _silent_lines(records, ranks)
+    if silent:
+        return '\n'.join(head + silent)
     first = _first_failure(records)
     when = datetime.datetime.fromtimestamp(first.get('time', 0)).strftime('%H:%M:%S')
     lines = head + [
@@ -105,6 +108,38 @@ def summarize(work_dir: str, records: Optional[List[Dict]] = None,
             (' (agreed to stop: it did not run out itself)' if _agreed_only(r) else '')
             for r in others))
     return '\n'.join(lines)
+
+
+def _where(state: Dict) -> str:
+    node = state.get('slurm_node')
+    host = state.get('host')
+    return f'node {node}' if node else f'host {host}'
+
+
+def _silent_lines(records: List[Dict], ranks: Dict[int, Dict]) -> List[str]:
+    """When every rank that raised only lost its peer, and a rank that trained left no record
+    (killed by a signal where no launcher reports it: Slurm, hand-started processes): that
+    rank, where it ran and its last iteration; [] otherwise."""
+    if not records or any(_waited(r) != 'peer lost' for r in records):
+        return []
+    raised = {r.get('rank') for r in records}
+    silent = sorted(r for r in ranks if r not in raised)
+    if not silent:
+        return []
+    lines = []
+    for rank in silent:
+        state = ranks[rank]
+        done = state.get('completed_iter')
+        lines.append(f'rank {rank} ({_where(state)}, pid {state.get("pid")}) died without a '
+                     f'Python exception after iteration {"-" if done is None else done}: killed '
+                     f'by a signal (out of host memory, a kill, or the scheduler ending the step, '
+                     f'e.g. srun --kill-on-bad-exit) and left no failure record')
+    lines.append('then: ' + '; '.join(f'rank {r.get("rank")} lost its peer ({r.get("exc_type")})'
+                                      for r in records))
+    lines.append('  fix: find the signal: under Slurm `sacct -j JOBID --format=JobID,State,'
+                 'ExitCode,NodeList`, on the host `dmesg | grep -i "out of memory"` (the kernel '
+                 'killed it) or the job\'s own log')
+    return lines
 
 
 def _agreed_only(record: Dict) -> bool:

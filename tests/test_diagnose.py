@@ -170,3 +170,25 @@ def test_ranks_out_of_memory_error_survives_pickling():
         pickle.dumps(RanksOutOfMemoryError('out of memory on rank(s) [2, 0]', [2, 0])))
     assert back.oom_ranks == [0, 2] and str(back) == 'out of memory on rank(s) [2, 0]'
     assert is_oom_error(RanksOutOfMemoryError('no keyword in this text', [0]))
+
+
+def test_a_rank_killed_without_a_launcher_report_is_named_with_its_node(tmp_path):
+    """Under Slurm (srun --kill-on-bad-exit) no launcher reports who died: rank 1 left only its
+    progress, rank 0 raised that its peer went away. The diagnosis names rank 1 and its node."""
+    records = [
+        dict(rank=0, time=2.0, exc_type='RuntimeError',
+             message='[gloo/transport/tcp/pair.cc:534] Connection closed by peer')
+    ]
+    ranks = {
+        r:
+        dict(rank=r, run='20261201_1', time=1.0 + r, pid=100 + r, host='vm', slurm_node=f'n{r + 1}',
+             completed_iter=6, stacks='')
+        for r in (0, 1)
+    }
+    text = summarize(str(tmp_path), records, ranks=ranks, launch=[])
+    assert 'rank 1 (node n2, pid 101) died without a Python exception after iteration 6' in text
+    assert 'then: rank 0 lost its peer (RuntimeError)' in text
+    assert 'first failing rank: 0' not in text
+    # a real error on some rank stays the news
+    records.append(dict(rank=1, time=3.0, exc_type='ValueError', message='bad'))
+    assert 'first failing rank: 1' in summarize(str(tmp_path), records, ranks=ranks, launch=[])

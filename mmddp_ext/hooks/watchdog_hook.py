@@ -112,6 +112,7 @@ class HangWatchdogHook(Hook):
                 pass
         self.state = dict(rank=rank, world_size=runner.world_size, run=runner.timestamp,
                           pid=os.getpid(), host=socket.gethostname(),
+                          slurm_node=os.environ.get('SLURMD_NODENAME'),
                           main_thread=threading.main_thread().ident, phase='start',
                           completed_iter=None, slowest_iter_s=None, bound_s=None, time=None,
                           rss=None, device_allocated=None)
