@@ -187,18 +187,6 @@ def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget, budget
          f'are kept free during each trial; a warm-up step, then at most {max_trials(upper)} '
          f'trials of forward + backward + optimizer step, per-device batch up to {upper}')
     trials = Trials(cfg, device, upper, reserve)
-    try:
-        warm = trials.fits(1)
-    except BaseException:
-        trials.close()
-        raise
-    if not warm:
-        trials.close()
-        raise ScalingError(_nothing_fits(trials.failed, budget, reserve, 'the warm-up step'))
-    held = held_bytes(device)
-    _log(f'warm-up at per-device batch 1 fits on every rank (the optimizer state and the '
-         f'kernels of a first step are now allocated, as in training); every trial starts from '
-         f'{format_mib(held)} held on rank {get_rank()}')
 
     def progress(number: int, trial: Trial) -> None:
         verdict = ('fits on every rank'
@@ -206,6 +194,12 @@ def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget, budget
         _log(f'trial {number}: per-device batch {trial.batch}: {verdict} ({trial.seconds:.1f} s)')
 
     try:
+        if not trials.fits(1):
+            raise ScalingError(_nothing_fits(trials.failed, budget, reserve, 'the warm-up step'))
+        held = held_bytes(device)
+        _log(f'warm-up at per-device batch 1 fits on every rank (the optimizer state and the '
+             f'kernels of a first step are now allocated, as in training); every trial starts '
+             f'from {format_mib(held)} held on rank {get_rank()}')
         result = search_max_batch(upper, trials.fits, progress)
     finally:
         trials.close()
