@@ -13,6 +13,8 @@ This module is pure (standard library only). It compares what every rank says ab
 from dataclasses import asdict, dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+from ..utils.ranks import ranks_text
+
 CAUSES = ('Usual causes: a CUDA call before torch.cuda.set_device(LOCAL_RANK), torch.load '
           'without map_location, or torch.cuda.empty_cache() before set_device.')
 
@@ -243,7 +245,7 @@ def _cross_rank(table: DeviceTable, proc: GpuProcess, rank: int, owners: Tuple[i
                                                                                ...]) -> Finding:
     message = (f'rank {rank} (pid {proc.pid}) holds {format_bytes(proc.used_bytes)} on '
                f'GPU {table.device_index} of host {table.host}, the device of '
-               f'{_ranks_text(owners)} (total {format_bytes(table.total_bytes)}). {CAUSES}')
+               f'{ranks_text(owners)} (total {format_bytes(table.total_bytes)}). {CAUSES}')
     return Finding('cross_rank', table.host, table.device_index, proc.pid, rank, owners,
                    proc.used_bytes, message)
 
@@ -251,7 +253,7 @@ def _cross_rank(table: DeviceTable, proc: GpuProcess, rank: int, owners: Tuple[i
 def _foreign(table: DeviceTable, proc: GpuProcess, owners: Tuple[int, ...]) -> Finding:
     message = (f'pid {proc.pid} (not part of this job) holds {format_bytes(proc.used_bytes)} '
                f'on GPU {table.device_index} of host {table.host}, the device of '
-               f'{_ranks_text(owners)}: another job or a leftover process shares the GPU')
+               f'{ranks_text(owners)}: another job or a leftover process shares the GPU')
     return Finding('foreign_process', table.host, table.device_index, proc.pid, None, owners,
                    proc.used_bytes, message)
 
@@ -266,11 +268,6 @@ def _unmatched(host: str, host_ranks: List[RankIdentity], tables: List[DeviceTab
                f'another pid namespace (e.g. a container), so cross-rank and foreign-process '
                f'checks are skipped on this host')
     return Finding('unmatched_pids', host, devices[0], None, None, owners, None, message)
-
-
-def _ranks_text(ranks: Tuple[int, ...]) -> str:
-    word = 'rank' if len(ranks) == 1 else 'ranks'
-    return f'{word} {", ".join(map(str, ranks))}'
 
 
 def _sort_key(finding: Finding) -> Tuple[str, int, int, str]:
