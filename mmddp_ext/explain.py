@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .dist.env import DistEnv
 from .dist.wrapper import ddp_wrapper_cfg
+from .gpu import gpus, rank_device
 from .memory.budget import Budget
 from .memory.forecast import (Cause, Forecast, ForecastError, build_forecast, fit_line, parse_size,
                               render_forecast, trial_batches)
@@ -90,9 +91,9 @@ def _device_memory(text: Optional[str], device: Any, ranks_per_node: int) -> Tup
     if text is not None:
         return parse_size(text), f'--device-memory {text}'
     if device.type == 'cuda':
-        import torch
-        total = torch.cuda.mem_get_info(device)[1] / MIB
-        return total, f'total memory of {device} ({torch.cuda.get_device_name(device)})'
+        g = gpus()
+        total = g.mem_get_info(device.index)[1] / MIB
+        return total, f'total memory of {device} ({g.name(device.index)})'
     import psutil
     total = psutil.virtual_memory().total / MIB
     return total / ranks_per_node, (f'CPU: {total:.0f} MiB of RAM shared by {ranks_per_node} '
@@ -105,11 +106,10 @@ def _stray(device: Any, ranks_per_node: int) -> Cause:
         return Cause('stray_contexts', 0.0, False, 'no GPU: no CUDA contexts to stray')
     if not NvmlProcessTableReader.available():
         return Cause('stray_contexts', 0.0, True, 'not measured: NVML is not available')
-    import torch
     visible = os.environ.get('CUDA_VISIBLE_DEVICES')
-    count = min(ranks_per_node, torch.cuda.device_count())
+    count = min(ranks_per_node, gpus().count())
     per_rank, seen_self = [], False
-    torch.cuda.empty_cache()
+    gpus().empty_cache()
     with NvmlProcessTableReader() as reader:
         for local in range(count):
             table = reader.read(physical_device_index(local, visible))
@@ -157,10 +157,9 @@ def forecast_memory(cfg: Any, world_size: int, batch: int, nnodes: int = 1,
     Raises:
         ForecastError: a bad ``device_memory``, or a device below the fixed memory.
     """
-    import torch
     ranks_per_node = -(-world_size // max(1, nnodes))
-    cuda = torch.cuda.is_available()
-    device = torch.device('cuda', torch.cuda.current_device()) if cuda else torch.device('cpu')
+    device = rank_device()
+    cuda = device.type == 'cuda'
     device_mib, device_how = _device_memory(device_memory, device, ranks_per_node)  # early
     measured = measure_steps(cfg, trial_batches(batch), device)
     if len(measured.steps) < 2:

@@ -126,8 +126,8 @@ def failure_context(runner, env: DistEnv, cfg: Optional[Config] = None) -> dict:
 
 
 def _visible_gpus() -> int:
-    import torch
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    from .gpu import gpus
+    return gpus().count()
 
 
 def stopped(runner) -> Optional[dict]:

@@ -65,6 +65,8 @@ def _pin_device_early() -> None:
     local = os.environ.get('LOCAL_RANK') or os.environ.get('SLURM_LOCALID')
     if local is None or not local.isdigit():
         return  # derived or validated later, with a clear error
+    # torch.cuda itself, not the package's GPU seam: importing the package imports MMEngine;
+    # the package pins again through its seam (mmddp_ext.dist.launch.pin_device)
     import torch
     if torch.cuda.is_available() and int(local) < torch.cuda.device_count():
         torch.cuda.set_device(int(local))

@@ -21,6 +21,7 @@ import time
 from datetime import timedelta
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
+from ..gpu import gpus
 from ..utils.checks import positive_int
 from . import slurm
 from .env import DistEnv, DistEnvError, choose_backend, detect_launcher, read_dist_env
@@ -58,11 +59,11 @@ def read_launch_env(launcher: Optional[str] = None, num_gpus: int = 0,
 
 
 def pin_device(local_rank: int) -> Optional[int]:
-    """``torch.cuda.set_device(local_rank)`` when CUDA is available; returns the device index."""
-    import torch
-    if not torch.cuda.is_available():
+    """Make GPU ``local_rank`` this process's device when it has GPUs; returns the index."""
+    g = gpus()
+    if not g.available():
         return None
-    torch.cuda.set_device(local_rank)
+    g.set_device(local_rank)
     return local_rank
 
 
@@ -171,7 +172,6 @@ def init_distributed(env: DistEnv, backend: Optional[str] = None,
     Returns:
         (backend used, warning or None).
     """
-    import torch
     import torch.distributed as dist
     os.environ.update(env.as_environ())  # MMEngine and samplers read these
     pin_device(env.local_rank)
@@ -179,7 +179,7 @@ def init_distributed(env: DistEnv, backend: Optional[str] = None,
         note = pin_loopback_interfaces(os.environ)
         if note and env.rank == 0:
             _log(note)
-    backend, warning = choose_backend(backend, torch.cuda.is_available())
+    backend, warning = choose_backend(backend, gpus().tensors_on_gpu())
     kwargs = dict(backend=backend, rank=env.rank, world_size=env.world_size)
     if timeout is not None:
         kwargs['timeout'] = timedelta(seconds=timeout)

@@ -253,7 +253,7 @@ class MicrobatchDDP(torch.nn.Module):
             optim_wrapper.zero_grad(set_to_none=False)
             optim_wrapper._inner_count = counted
             self._done = 0
-            release_memory(next(self.module.parameters()).device)
+            release_memory()
             for saved, buffer in zip(self._saved_buffers, self.module.buffers()):
                 buffer.copy_(saved)
             self._redo(failed, max(batch_length(b) or 1 for b, _ in self._pending))

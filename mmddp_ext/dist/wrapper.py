@@ -5,6 +5,7 @@ import logging
 from typing import Any, Optional
 
 from ..errors import ScalingError
+from ..gpu import gpus
 
 DDP_TYPES = ('MMDistributedDataParallel', 'DistributedDataParallel', 'MicrobatchDDP')
 _BUFFER_SYNC_KEYS = ('broadcast_buffers', 'forward_sync_buffers')
@@ -70,7 +71,6 @@ def model_wrapper_for(cfg: Any, distributed: bool, on_oom: str = 'raise',
     Returns:
         The wrapper config, or None when the config's own (MMEngine's default) stays.
     """
-    import torch
     own_type = (cfg.get('model_wrapper_cfg') or {}).get('type', 'MMDistributedDataParallel')
     if guard_by_default and on_oom == 'microbatch' and own_type not in DDP_TYPES:
         from mmengine.logging import print_log
@@ -80,7 +80,7 @@ def model_wrapper_for(cfg: Any, distributed: bool, on_oom: str = 'raise',
             level=logging.WARNING)
         on_oom = 'raise'
     if distributed:
-        return ddp_wrapper_cfg(cfg, torch.cuda.is_available(), local_rank, on_oom)
+        return ddp_wrapper_cfg(cfg, gpus().tensors_on_gpu(), local_rank, on_oom)
     return dict(type='MicrobatchDDP') if on_oom == 'microbatch' else None
 
 

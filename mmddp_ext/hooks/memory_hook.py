@@ -8,6 +8,7 @@ from mmengine.dist import all_gather_object
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
+from ..gpu import physical, rank_device
 from ..memory.stats import MemoryReader, MemorySample
 from ..memory.stray import DeviceTable, GpuProcess, RankIdentity, find_stray
 from ..utils.checks import positive_int
@@ -84,10 +85,7 @@ class RankMemoryHook(Hook):
 
     def before_run(self, runner) -> None:
         """Pick the device and the output folder."""
-        import torch
-        params = list(runner.model.parameters())
-        device = params[0].device if params else torch.device('cpu')
-        self.reader = MemoryReader(runner.rank, device)
+        self.reader = MemoryReader(runner.rank, rank_device())
         self.out_dir = osp.join(runner.log_dir, 'memory')
         os.makedirs(self.out_dir, exist_ok=True)
         if self.stray_check and self.reader.is_cuda:
@@ -134,9 +132,7 @@ class RankMemoryHook(Hook):
         return gathered
 
     def _check_stray(self, runner, gathered: List[Dict]) -> None:
-        from ..memory.nvml import physical_device_index
-        index = physical_device_index(
-            int(self.reader.device.split(':')[1]), os.environ.get('CUDA_VISIBLE_DEVICES'))
+        index = physical(self.reader.index)
         table = self._nvml.read(index)
         tables = all_gather_object(
             dict(host=table.host, device_index=index, total_bytes=table.total_bytes,

@@ -12,6 +12,7 @@ from typing import Any, Deque, Dict, Optional, Sequence
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
+from ..gpu import gpus
 from ..progress import launch_report_path, progress_path, ranks_dir, stacks_path, write_progress
 from ..utils.checks import positive_number
 
@@ -226,9 +227,9 @@ class HangWatchdogHook(Hook):
         except Exception:  # progress must never stop training
             pass
         try:
-            import torch
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
-                self.state['device_allocated'] = torch.cuda.memory_allocated()
+            g = gpus()
+            if g.available() and g.initialized():
+                self.state['device_allocated'] = g.allocated(g.current())
         except Exception:
             pass
         try:

@@ -33,6 +33,7 @@ from typing import Optional
 import psutil
 import torch
 
+from ..gpu import gpus
 from ..utils.units import MIB
 
 
@@ -95,15 +96,16 @@ def apply_budget(budget_mib: Optional[int], device: torch.device) -> Optional[Bu
         The budget, or None on a CPU without one (there is nothing to measure against).
     """
     if device.type == 'cuda':
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        free, total = torch.cuda.mem_get_info(index)
-        name = torch.cuda.get_device_name(index)
+        g = gpus()
+        index = device.index if device.index is not None else g.current()
+        free, total = g.mem_get_info(index)
+        name = g.name(index)
         if budget_mib is None:
             return Budget(
                 f'cuda:{index}', free, f'GPU memory of cuda:{index} ({name}): '
                 f'{free / MIB:.0f} MiB free of {total / MIB:.0f} MiB')
         fraction = min(1.0, budget_mib * MIB / total)
-        torch.cuda.set_per_process_memory_fraction(fraction, index)
+        g.set_memory_fraction(fraction, index)
         return Budget(
             f'cuda:{index}', min(free, budget_mib * MIB),
             f'GPU memory of cuda:{index} ({name}), capped at '
@@ -125,5 +127,5 @@ def held_bytes(device: torch.device) -> int:
     (``VmSize``, which ``RLIMIT_AS`` bounds), on a GPU the tensors torch has allocated on
     ``device`` (the caching allocator's free blocks are reused by the next step)."""
     if device.type == 'cuda':
-        return int(torch.cuda.memory_allocated(device))
+        return gpus().allocated(device.index if device.index is not None else gpus().current())
     return int(psutil.Process().memory_info().vms)

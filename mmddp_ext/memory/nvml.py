@@ -1,9 +1,9 @@
 """Read NVML's per-process table of a device, live or from a recording.
 
-:class:`NvmlProcessTableReader` asks the driver through ``pynvml`` (the ``nvidia-ml-py``
-package), which is imported only when a reader is used, so importing this module never needs
-a GPU or a driver. :class:`RecordedProcessTableReader` replays tables recorded as JSON, for
-tests and for analysing a run after the fact.
+:class:`NvmlProcessTableReader` asks this process's GPUs (:func:`mmddp_ext.gpu.gpus`: the
+driver through ``pynvml``, or the test suite's fake host), so importing this module never
+needs a GPU or a driver. :class:`RecordedProcessTableReader` replays tables recorded as JSON,
+for tests and for analysing a run after the fact.
 
 NVML numbers devices physically (as ``nvidia-smi`` does), while torch numbers the devices left
 visible by ``CUDA_VISIBLE_DEVICES``; :func:`physical_device_index` maps one to the other.
@@ -11,10 +11,8 @@ visible by ``CUDA_VISIBLE_DEVICES``; :func:`physical_device_index` maps one to t
 import socket
 from typing import Any, Dict, Mapping, Optional, Protocol, runtime_checkable
 
+from ..gpu import gpus, physical_device_index
 from .stray import DeviceTable, GpuProcess
-
-# pynvml reports "not available" as the all-ones 64-bit value in older versions.
-_NOT_AVAILABLE = 2**64 - 1
 
 
 @runtime_checkable
@@ -27,10 +25,7 @@ class ProcessTableReader(Protocol):
 
 
 class NvmlProcessTableReader:
-    """Reads process tables from the NVIDIA driver through ``pynvml``.
-
-    NVML is initialised on the first :meth:`read` and shut down by :meth:`close` (or on
-    leaving a ``with`` block).
+    """Reads process tables from NVML, through this process's GPUs.
 
     Attributes:
         host: Host name put into every table read.
@@ -38,7 +33,6 @@ class NvmlProcessTableReader:
 
     def __init__(self, host: Optional[str] = None) -> None:
         self.host: str = host if host is not None else socket.gethostname()
-        self._nvml: Any = None
 
     def __enter__(self) -> 'NvmlProcessTableReader':
         return self
@@ -48,98 +42,24 @@ class NvmlProcessTableReader:
 
     @staticmethod
     def available() -> bool:
-        """True when ``pynvml`` imports and ``nvmlInit`` succeeds; never raises."""
-        try:
-            import pynvml
-            pynvml.nvmlInit()
-            pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001 - any failure means "not available"
-            return False
-        return True
+        """True when NVML's tables can be read; never raises."""
+        return gpus().nvml_available()
 
     def read(self, device_index: int) -> DeviceTable:
         """The process table of the device with physical (NVML) index ``device_index``.
 
         Raises:
-            RuntimeError: If ``pynvml`` cannot be imported or NVML fails for this device.
+            RuntimeError: If NVML is missing or fails for this device.
         """
-        nvml = self._lib()
         try:
-            handle = nvml.nvmlDeviceGetHandleByIndex(device_index)
-            total = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
-            rows = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-        except nvml.NVMLError as exc:
-            raise RuntimeError(f'NVML could not read GPU {device_index} of host {self.host}: '
-                               f'{exc}') from exc
-        processes = tuple(GpuProcess(int(row.pid), _used_bytes(row)) for row in rows)
+            total, rows = gpus().process_table(device_index)
+        except RuntimeError as exc:
+            raise RuntimeError(f'host {self.host}: {exc}') from exc
+        processes = tuple(GpuProcess(pid, used) for pid, used in rows)
         return DeviceTable(self.host, device_index, total, processes)
 
     def close(self) -> None:
-        """Shut NVML down if this reader initialised it; reading again re-initialises it."""
-        if self._nvml is not None:
-            nvml, self._nvml = self._nvml, None
-            try:
-                nvml.nvmlShutdown()
-            except nvml.NVMLError:
-                pass
-
-    def _lib(self) -> Any:
-        if self._nvml is None:
-            try:
-                import pynvml
-            except ImportError as exc:
-                raise RuntimeError('pynvml (package nvidia-ml-py) is not installed') from exc
-            try:
-                pynvml.nvmlInit()
-            except pynvml.NVMLError as exc:
-                raise RuntimeError(f'nvmlInit failed on host {self.host}: {exc}') from exc
-            self._nvml = pynvml
-        return self._nvml
-
-
-def _used_bytes(row: Any) -> Optional[int]:
-    used = getattr(row, 'usedGpuMemory', None)
-    if used is None or int(used) >= _NOT_AVAILABLE:
-        return None
-    return int(used)
-
-
-def physical_device_index(local_index: int, cuda_visible_devices: Optional[str]) -> int:
-    """Map torch's device index to the physical (NVML) index.
-
-    Args:
-        local_index: Index as torch sees it (``torch.cuda.current_device()``).
-        cuda_visible_devices: The value of ``CUDA_VISIBLE_DEVICES``, or None when unset.
-
-    Returns:
-        The physical index: ``'2,3'`` maps local 1 to 3; None or ``''`` keeps the index.
-
-    Raises:
-        ValueError: If ``local_index`` is negative or not in the list, or an entry of the list
-            is not a plain integer (UUIDs such as ``GPU-...`` cannot be mapped without NVML).
-    """
-    if isinstance(local_index, bool) or not isinstance(local_index, int) or local_index < 0:
-        raise ValueError(f'local device index must be a non-negative integer, '
-                         f'got {local_index!r}')
-    if cuda_visible_devices is None or not cuda_visible_devices.strip():
-        return local_index
-    entries = [_visible_entry(e, cuda_visible_devices) for e in cuda_visible_devices.split(',')]
-    if local_index >= len(entries):
-        raise ValueError(f'local device index {local_index} is out of range for '
-                         f'CUDA_VISIBLE_DEVICES={cuda_visible_devices!r} '
-                         f'({len(entries)} device(s))')
-    return entries[local_index]
-
-
-def _visible_entry(entry: str, whole: str) -> int:
-    text = entry.strip()
-    if text.isdigit():
-        return int(text)
-    if text.upper().startswith(('GPU-', 'MIG-')):
-        raise ValueError(f'CUDA_VISIBLE_DEVICES={whole!r} names device {text!r} by UUID; '
-                         f'only integer indices can be mapped to NVML indices')
-    raise ValueError(f'CUDA_VISIBLE_DEVICES={whole!r} has entry {text!r}, which is not a '
-                     f'non-negative integer')
+        """Nothing to release: each read opens and closes NVML."""
 
 
 class RecordedProcessTableReader:

@@ -72,14 +72,14 @@ def is_oom_error(exc: BaseException) -> bool:
     return False
 
 
-def release_memory(device: Any) -> None:
+def release_memory() -> None:
     """Release what a failed attempt left: reference cycles through its traceback's frames
-    and, on a GPU (``device``, a ``torch.device``), the caching allocator's free blocks."""
+    and, where this process has a GPU context, the caching allocator's free blocks."""
     import gc
+
+    from ..gpu import gpus
     gc.collect()
-    if device.type == 'cuda':
-        import torch
-        torch.cuda.empty_cache()
+    gpus().empty_cache()
 
 
 def requested_bytes(message: str) -> Optional[int]:

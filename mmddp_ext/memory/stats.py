@@ -1,10 +1,10 @@
-"""One memory sample of this process: torch.cuda counters, device totals, host RSS.
+"""One memory sample of this process: its GPU's counters, device totals, host RSS.
 
 :class:`MemoryReader` reads, :class:`MemorySample` is what it returns. The reader never resets
 torch's peak counters: MMEngine's ``LogProcessor`` resets them (through
 ``get_max_cuda_memory``) every time it logs its ``memory`` field, so our peak is the running
-maximum of ``torch.cuda.max_memory_allocated()`` read every iteration *before* MMEngine's logger
-runs — both numbers stay right.
+maximum of the GPU's peak (:meth:`mmddp_ext.gpu.Gpus.peak`) read every iteration *before*
+MMEngine's logger runs — both numbers stay right.
 
 On a CPU there is no device: allocated/reserved/device numbers are None and the host RSS (and
 its peak) is what is measured, labelled as such.
@@ -16,6 +16,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Optional
 
+from ..gpu import gpus
 from ..utils.units import MIB
 
 
@@ -77,13 +78,15 @@ class MemoryReader:
 
     Args:
         rank: global rank put into every sample.
-        device: the training device (``torch.device``); 'cpu' reads host memory only.
+        device: this rank's device (``torch.device`` or ``'cuda:N'``, see
+            :func:`mmddp_ext.gpu.rank_device`); 'cpu' reads host memory only.
     """
 
     def __init__(self, rank: int, device: Any) -> None:
         self.rank = rank
         self.device = str(device)
         self.is_cuda = self.device.startswith('cuda')
+        self.index = int(self.device.split(':')[1]) if self.is_cuda else None
         self.host = socket.gethostname()
         self._peak_allocated = 0
 
@@ -91,20 +94,17 @@ class MemoryReader:
         """Fold torch's current peak into ours (cheap; call every iteration, before the
         logger hook, whose LogProcessor resets torch's counter)."""
         if self.is_cuda:
-            import torch
-            self._peak_allocated = max(self._peak_allocated,
-                                       torch.cuda.max_memory_allocated(self.device))
+            self._peak_allocated = max(self._peak_allocated, gpus().peak(self.index))
 
     def read(self, iteration: int) -> MemorySample:
         """A sample now; resets nothing."""
         alloc = reserved = peak = used = total = None
         if self.is_cuda:
-            import torch
+            g = gpus()
             self.track_peak()
-            alloc = torch.cuda.memory_allocated(self.device)
-            reserved = torch.cuda.memory_reserved(self.device)
+            alloc, reserved = g.allocated(self.index), g.reserved(self.index)
             peak = self._peak_allocated
-            free, total = torch.cuda.mem_get_info(self.device)
+            free, total = g.mem_get_info(self.index)
             used = total - free
         rss = _rss()  # ru_maxrss can lag the current RSS by a few pages: take the max
         return MemorySample(rank=self.rank, host=self.host, pid=os.getpid(), device=self.device,

@@ -51,6 +51,7 @@ from mmengine.logging import print_log
 from mmengine.registry import init_default_scope
 
 from ..errors import ScalingError
+from ..gpu import gpus
 from ..memory.budget import Budget, held_bytes
 from ..scaling.search import (CACHE_FILE, MARGIN, SearchResult, Trial, cache_key, max_trials,
                               search_max_batch)
@@ -99,8 +100,8 @@ def _cache_facts(cfg: Any, world_size: int, upper: int, device: torch.device,
                  budget_mib: Optional[int]) -> dict:
     hardware = 'cpu'
     if device.type == 'cuda':
-        props = torch.cuda.get_device_properties(device)
-        hardware = f'{props.name} {props.total_memory}'
+        g = gpus()
+        hardware = f'{g.name(device.index)} {g.mem_get_info(device.index)[1]}'
     return dict(model=cfg.model, dataset=cfg.train_dataloader.get('dataset'),
                 collate=cfg.train_dataloader.get('collate_fn'), optim=cfg.optim_wrapper,
                 wrapper=cfg.get('model_wrapper_cfg'), world_size=world_size, upper=upper,

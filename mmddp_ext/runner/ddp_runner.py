@@ -56,6 +56,7 @@ from ..dist.env import read_dist_env
 from ..dist.launch import ensure_process_group
 from ..dist.workers import tie_workers
 from ..dist.wrapper import batchnorm_for_cpu, model_wrapper_for
+from ..gpu import gpus, rank_device
 from ..memory.budget import apply_budget
 from ..scaling.apply import apply_plan, check_runtime_for_config, plan_for_config
 from ..scaling.config import ScalingConfig
@@ -73,12 +74,10 @@ def _layout(launcher: str) -> Tuple[int, int]:
     """``(world size, this rank's index on its node)``: from the process group once one exists
     (``LOCAL_RANK``, which we set when we start one), else from the launcher's variables, read
     once (a missing ``LOCAL_RANK`` derived as :func:`~mmddp_ext.dist.env.read_dist_env` does)."""
-    import torch
     import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(), int(os.environ.get('LOCAL_RANK', 0))
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    env = read_dist_env(os.environ, launcher, num_gpus=gpus)
+    env = read_dist_env(os.environ, launcher, num_gpus=gpus().count())
     return env.world_size, env.local_rank
 
 
@@ -101,11 +100,7 @@ def _measure(cfg: Any, scaling: ScalingConfig, launcher: str,
         return None, None, None
     # first: it pins this rank's GPU, so the device below is LOCAL_RANK's and not GPU 0
     _init_process_group(launcher, cfg.get('env_cfg'))
-    import torch
-    from mmengine.device import get_device
-    device = torch.device(get_device())
-    if device.type == 'cuda' and device.index is None:
-        device = torch.device('cuda', torch.cuda.current_device())
+    device = rank_device()
     budget = apply_budget(scaling.memory_budget_mib, device)
     if not scaling.probe:
         return None, None, None
@@ -180,10 +175,9 @@ class DDPRunner(Runner):
         cfg = copy.deepcopy(cfg if isinstance(cfg, Config) else Config(cfg))
         launcher = cfg.get('launcher', 'none')
         world_size, local_rank = _layout(launcher)
-        import torch
         training = trains(cfg)
         if training:
-            scaling = check_runtime_for_config(cfg, torch.cuda.is_available(), launcher != 'none')
+            scaling = check_runtime_for_config(cfg, gpus().available(), launcher != 'none')
         else:  # nothing to train: nothing to plan, nothing to measure
             scaling = ScalingConfig()
         distributed = launcher != 'none'
@@ -217,8 +211,7 @@ class DDPRunner(Runner):
         (:func:`~mmddp_ext.dist.wrapper.batchnorm_for_cpu`) and ``sync_bn`` is ignored; in a
         single process, ``MicrobatchDDP`` when the config asks for it (MMEngine wraps only
         distributed models)."""
-        import torch
-        if self.distributed and not torch.cuda.is_available():
+        if self.distributed and not gpus().tensors_on_gpu():
             model = batchnorm_for_cpu(model)
             if self.cfg.get('sync_bn') is not None:  # MMEngine would convert them back
                 print_log(

@@ -23,6 +23,7 @@ from mmengine.runner import Runner
 from ..dist.agree import ranks_out_of_memory
 from ..dist.wrapper import batchnorm_for_cpu
 from ..errors import ScalingError
+from ..gpu import gpus, physical, tensor_device
 from ..memory.oom import is_oom_error, release_memory
 
 
@@ -74,7 +75,7 @@ def reset_peak(device: torch.device) -> bool:
     peak RSS of this process (``/proc/self/clear_refs``, Linux >= 4.0). False where the peak
     cannot be reset."""
     if device.type == 'cuda':
-        torch.cuda.reset_peak_memory_stats(device)
+        gpus().reset_peak(device.index)
         return True
     try:
         with open('/proc/self/clear_refs', 'w') as f:
@@ -87,7 +88,7 @@ def reset_peak(device: torch.device) -> bool:
 def read_peak(device: torch.device) -> Optional[int]:
     """The peak since :func:`reset_peak`, in bytes (see :class:`StepOutcome`)."""
     if device.type == 'cuda':
-        return int(torch.cuda.max_memory_allocated(device))
+        return gpus().peak(device.index)
     kib = _status_kib('VmHWM')
     return None if kib is None else kib * 1024
 
@@ -104,10 +105,11 @@ class Trials:
 
     def __init__(self, cfg: Any, device: torch.device, upper: int, reserve: int) -> None:
         self.device, self.reserve = device, reserve
+        self.tensors = tensor_device(device)  # the fake GPUs' tensors stay on the CPU
         self.failed: List[int] = []
         self.samples, self.collate = _samples(cfg, upper)
-        model = MODELS.build(copy.deepcopy(cfg.model)).to(device)
-        if device.type == 'cpu':  # as the Runner's model will be (SyncBN needs CUDA)
+        model = MODELS.build(copy.deepcopy(cfg.model)).to(self.tensors)
+        if self.tensors.type == 'cpu':  # as the Runner's model will be (SyncBN needs CUDA)
             model = batchnorm_for_cpu(model)
         model.train()
         wrapper_cfg = cfg.get('model_wrapper_cfg')
@@ -125,7 +127,7 @@ class Trials:
         self.optim_wrapper = build_optim_wrapper(self.net, copy.deepcopy(cfg.optim_wrapper))
 
     def _step(self, batch: int) -> None:
-        reserve = torch.empty(self.reserve, dtype=torch.uint8, device=self.device)
+        reserve = torch.empty(self.reserve, dtype=torch.uint8, device=self.tensors)
         data = self.collate(self.samples[:batch])
         with self.optim_wrapper.optim_context(self.model):
             data = self.model.data_preprocessor(data, True)
@@ -149,7 +151,7 @@ class Trials:
         finally:
             peak = read_peak(self.device) if measured else None
             self.optim_wrapper.zero_grad(set_to_none=not self.keep_grads)
-            release_memory(self.device)
+            release_memory()
         return StepOutcome(batch, ok, round(time.monotonic() - start, 3), peak)
 
     def fits(self, batch: int) -> bool:
@@ -161,7 +163,7 @@ class Trials:
     def close(self) -> None:
         """Drop everything the probe built, before the Runner builds its own."""
         self.net = self.model = self.optim_wrapper = self.samples = None
-        release_memory(self.device)
+        release_memory()
 
 
 _Trials = Trials  # the name the finder's helpers used
@@ -193,20 +195,16 @@ class MeasuredSteps:
 
 def _gpu_context(device: torch.device) -> Tuple[int, str]:
     """Device memory this process uses outside torch's allocator, and how it was read."""
-    from ..memory.nvml import NvmlProcessTableReader, physical_device_index
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    reserved = torch.cuda.memory_reserved(device)
-    if NvmlProcessTableReader.available():
-        physical = physical_device_index(index, os.environ.get('CUDA_VISIBLE_DEVICES'))
-        with NvmlProcessTableReader() as reader:
-            mine = [
-                p.used_bytes for p in reader.read(physical).processes
-                if p.pid == os.getpid() and p.used_bytes is not None
-            ]
+    g = gpus()
+    index = device.index if device.index is not None else g.current()
+    reserved = g.reserved(index)
+    if g.nvml_available():
+        _, rows = g.process_table(physical(index))
+        mine = [used for pid, used in rows if pid == os.getpid() and used is not None]
         if mine:
             return max(0, sum(mine) - reserved), 'NVML: this process on its GPU minus ' \
                 'torch\'s reserved memory'
-    free, total = torch.cuda.mem_get_info(device)
+    free, total = g.mem_get_info(index)
     return max(0, total - free - reserved), 'device used minus torch\'s reserved memory ' \
         '(no NVML: other processes on the device are counted too)'
 

@@ -8,6 +8,8 @@ import types
 
 import pytest
 
+from mmddp_ext.gpu import use_gpus
+from mmddp_ext.gpu.cuda import CudaGpus
 from mmddp_ext.memory.nvml import (NvmlProcessTableReader, ProcessTableReader,
                                    RecordedProcessTableReader, physical_device_index)
 from mmddp_ext.memory.stray import DeviceTable, GpuProcess, RankIdentity, find_stray
@@ -201,19 +203,20 @@ class FakeNvml:
 def test_nvml_reader_maps_pynvml_rows(monkeypatch):
     fake = FakeNvml()
     monkeypatch.setitem(sys.modules, 'pynvml', fake)
-    reader = NvmlProcessTableReader('node1')
-    assert fake.inits == 0  # lazily initialised
-    assert reader.read(0) == DeviceTable(
-        'node1', 0, 80 * GIB, (GpuProcess(11, 5 * GIB), GpuProcess(12, None), GpuProcess(13, None)))
-    assert reader.read(1) == DeviceTable('node1', 1, 40 * GIB, ())
-    with pytest.raises(RuntimeError, match='GPU 2 of host node1.*Invalid Argument'):
-        reader.read(2)
-    assert fake.inits == 1
-    reader.close()
-    reader.close()
-    assert fake.shutdowns == 1
-    assert NvmlProcessTableReader.available() is True
-    assert (fake.inits, fake.shutdowns) == (2, 2)
+    previous = use_gpus(CudaGpus())
+    try:
+        reader = NvmlProcessTableReader('node1')
+        assert fake.inits == 0  # nothing before the first read
+        assert reader.read(0) == DeviceTable(
+            'node1', 0, 80 * GIB,
+            (GpuProcess(11, 5 * GIB), GpuProcess(12, None), GpuProcess(13, None)))
+        assert reader.read(1) == DeviceTable('node1', 1, 40 * GIB, ())
+        with pytest.raises(RuntimeError, match='host node1: NVML could not read GPU 2: Invalid'):
+            reader.read(2)
+        assert fake.inits == fake.shutdowns == 3  # each read opens and closes NVML
+        assert NvmlProcessTableReader.available() is True
+    finally:
+        use_gpus(previous)
 
 
 def test_nvml_init_failure_is_runtime_error_and_not_available(monkeypatch):
@@ -224,9 +227,13 @@ def test_nvml_init_failure_is_runtime_error_and_not_available(monkeypatch):
 
     fake.nvmlInit = fail
     monkeypatch.setitem(sys.modules, 'pynvml', fake)
-    assert NvmlProcessTableReader.available() is False
-    with pytest.raises(RuntimeError, match='nvmlInit failed on host node1: Driver Not Loaded'):
-        NvmlProcessTableReader('node1').read(0)
+    previous = use_gpus(CudaGpus())
+    try:
+        assert NvmlProcessTableReader.available() is False
+        with pytest.raises(RuntimeError, match='host node1: nvmlInit failed: Driver Not Loaded'):
+            NvmlProcessTableReader('node1').read(0)
+    finally:
+        use_gpus(previous)
 
 
 @pytest.mark.skipif(NvmlProcessTableReader.available(), reason='a GPU and driver are present')

@@ -148,7 +148,7 @@ def test_release_memory_collects_what_a_failed_attempt_left_in_cycles():
     try:
         del a, b
         assert alive() is not None
-        release_memory(torch.device('cpu'))
+        release_memory()
         assert alive() is None
     finally:
         gc.enable()
