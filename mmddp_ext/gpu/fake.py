@@ -12,7 +12,8 @@ CUDA's, with numbers from the field (defaults of :func:`make_fake_host`):
 * allocations that grow with what the caller allocates: on the current device, the growth of
   this process's resident memory since its context was created, plus what :meth:`hold` put on
   any device (as ``torch.load`` without ``map_location`` does); peaks that reset (the kernel's
-  peak RSS, ``/proc/self/clear_refs``); a caching pool that only ``empty_cache`` shrinks;
+  peak RSS, ``/proc/self/clear_refs``); a caching pool (what was allocated when read, in 2 MiB
+  segments) that only ``empty_cache`` shrinks;
 * NVML's table per physical device: every live process of the host folder (pid -> device ->
   bytes, its context plus its pool) and the host's foreign processes (e.g. the user's 1.89 GiB
   process on GPU 0); ``CUDA_VISIBLE_DEVICES`` remaps torch's indices to physical ones.
@@ -124,7 +125,7 @@ class FakeGpus:
 
     def reserved(self, index: int) -> int:
         p = physical(index)
-        pool = max(self._pool.get(p, 0), self.allocated(index), self.peak(index))
+        pool = max(self._pool.get(p, 0), self.allocated(index))
         self._pool[p] = -(-pool // POOL_GRANULE) * POOL_GRANULE
         return self._pool[p]
 
@@ -174,6 +175,11 @@ class FakeGpus:
         return int(self.spec['total_bytes']), tuple(sorted(rows))
 
     # what the fake adds
+    @property
+    def touched(self) -> List[int]:
+        """Physical devices this process has a context on, in the order it touched them."""
+        return list(self._contexts)
+
     def hold(self, index: int, nbytes: int) -> None:
         """Keep ``nbytes`` of "tensors" on device ``index`` (e.g. a checkpoint loaded there
         without ``map_location``); creates the device's context as a real allocation does."""

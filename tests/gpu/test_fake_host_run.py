@@ -1,0 +1,81 @@
+"""Two real ranks on the fake GPU host: each pins its own GPU before any reading, the memory
+hook reads device memory and names the stray context (the user's case: rank 1's process
+holding memory on GPU 0, and a foreign process there), and the budget and the batch finder
+take their GPU branches. The ranks compute on the CPU over gloo (docs/memory.md)."""
+import glob
+import json
+import os.path as osp
+
+import pytest
+
+from mmddp_ext.gpu.fake import FIELD_CONTEXT, FIELD_FOREIGN, make_fake_host
+
+from conftest import check_ok, demo_options, demo_with_hooks, run
+
+MIB = 2**20
+FOREIGN_PID = 4242  # not one of the job's: NVML lists it, the job does not own it
+STRAY_MIB = round((FIELD_FOREIGN - FIELD_CONTEXT) / MIB)  # with its context: 1.89 GiB
+
+
+@pytest.fixture(scope='module')
+def fake_run(demo_data, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp('fake_gpu')
+    env = make_fake_host(str(tmp / 'host'), count=2, foreign=[(0, FOREIGN_PID, FIELD_FOREIGN)])
+    records = str(tmp / 'records')
+    cfg = demo_with_hooks(
+        tmp, f"dict(type='FakeGpuHook', out_dir={records!r}, stray_rank=1, "
+        f"stray_mib={STRAY_MIB}), dict(type='RankMemoryHook', interval=1)", ['fake_gpu_hook'])
+    work = str(tmp / 'w')
+    out = check_ok(
+        run([
+            'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work, *demo_options(
+                demo_data, 1, **{
+                    'scaling.max_batch_per_device': 'auto',
+                    'scaling.memory_budget_mib': '6000'
+                })
+        ], env=env))
+    ranks = {r: json.load(open(osp.join(records, f'rank{r}.json'))) for r in (0, 1)}
+    [log_dir] = glob.glob(osp.join(work, '2*'))
+    samples = {
+        r: [json.loads(x) for x in open(osp.join(log_dir, 'memory', f'rank{r}.jsonl'))]
+        for r in (0, 1)
+    }
+    return out, ranks, samples
+
+
+@pytest.mark.slow
+def test_each_rank_pins_its_own_gpu_before_any_reading(fake_run):
+    _, ranks, _ = fake_run
+    for r in (0, 1):
+        assert ranks[r]['current'] == r
+        assert ranks[r]['touched'] == [r], f'rank {r} touched GPUs {ranks[r]["touched"]}'
+
+
+@pytest.mark.slow
+def test_memory_hook_reads_the_rank_s_device(fake_run):
+    out, _, samples = fake_run
+    for r in (0, 1):
+        assert samples[r] and all(s['device'] == f'cuda:{r}' for s in samples[r])
+        for s in samples[r]:
+            assert s['reserved'] >= s['allocated'] > 0 and s['peak_allocated'] >= s['allocated']
+            assert s['device_used'] < s['device_total']
+    assert 'CPU run: host RSS' not in out  # the GPU table, not the CPU one
+
+
+@pytest.mark.slow
+def test_stray_context_of_rank_1_on_gpu_0_is_named_with_its_pid(fake_run):
+    out, ranks, _ = fake_run
+    warnings = [ln for ln in out.splitlines() if '[mmddp_ext memory]' in ln]
+    stray = [ln for ln in warnings if f'rank 1 (pid {ranks[1]["pid"]})' in ln]
+    assert stray and all('GPU 0' in ln and 'the device of rank 0' in ln for ln in stray), warnings
+    assert any(f'pid {FOREIGN_PID}' in ln and 'GPU 0' in ln for ln in warnings), warnings
+    # rank 0 holds nothing on rank 1's GPU: it is not named
+    assert not any(f'rank 0 (pid {ranks[0]["pid"]})' in ln for ln in warnings), warnings
+
+
+@pytest.mark.slow
+def test_budget_caps_the_device_and_the_finder_measures_on_it(fake_run):
+    out, _, _ = fake_run
+    assert 'capped at scaling.memory_budget_mib=6000' in out
+    assert 'GPU memory of cuda:0' in out
+    assert 'batch probe' in out and 'the measurement of per-device batch' in out
