@@ -19,8 +19,8 @@ def gpu_calls(tree: ast.AST):
         elif isinstance(node, ast.ImportFrom):
             module = node.module or ''
             names = {a.name for a in node.names}
-            if module.startswith(
-                ('pynvml', 'torch.cuda')) or (module == 'torch' and 'cuda' in names):
+            from_torch = module == 'torch' and 'cuda' in names
+            if module.startswith(('pynvml', 'torch.cuda')) or from_torch:
                 yield node.lineno, f'from {module} import ...'
         elif (isinstance(node, ast.Attribute) and node.attr == 'cuda'
               and isinstance(node.value, ast.Name) and node.value.id == 'torch'):
