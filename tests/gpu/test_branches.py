@@ -1,0 +1,89 @@
+"""The package's GPU branches, in-process on the fake host: the pin, the memory sample, the
+budget, what the finder compares, the wrapper and the launcher's GPU count."""
+import os
+
+import pytest
+import torch
+
+from mmddp_ext.dist.launch import pin_device
+from mmddp_ext.dist.wrapper import model_wrapper_for
+from mmddp_ext.gpu import use_gpus
+from mmddp_ext.gpu.fake import FakeGpus, make_fake_host
+from mmddp_ext.memory.budget import apply_budget, held_bytes
+from mmddp_ext.memory.stats import MemoryReader
+from mmddp_ext.runner.ddp_runner import _layout
+
+MIB = 2**20
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    for key in ('CUDA_VISIBLE_DEVICES', 'RANK', 'LOCAL_RANK', 'WORLD_SIZE'):
+        monkeypatch.delenv(key, raising=False)
+    make_fake_host(str(tmp_path), count=2)
+    gpus = FakeGpus(str(tmp_path))
+    previous = use_gpus(gpus)
+    yield gpus
+    use_gpus(previous)
+
+
+def test_pin_makes_the_local_rank_s_gpu_current_and_touches_nothing_else(fake):
+    assert pin_device(1) == 1
+    assert fake.current() == 1 and fake.touched == [1]
+
+
+def test_sample_reads_the_device_and_keeps_a_peak_that_a_reset_does_not_lose(fake):
+    pin_device(1)
+    reader = MemoryReader(0, 'cuda:1')
+    block = torch.ones(128 * MIB, dtype=torch.uint8)
+    del block
+    sample = reader.read(1)
+    assert sample.device == 'cuda:1' and sample.device_total == fake.mem_get_info(1)[1]
+    assert sample.peak_allocated >= 128 * MIB * 0.95
+    assert sample.reserved >= sample.allocated
+    fake.reset_peak(1)  # what MMEngine's LogProcessor does to torch's counter when it logs
+    assert reader.read(2).peak_allocated >= 128 * MIB * 0.95  # our running peak survives
+
+
+def test_budget_caps_the_share_of_the_device(fake):
+    pin_device(1)
+    total = fake.mem_get_info(1)[1]
+    budget = apply_budget(6000, torch.device('cuda', 1))
+    assert fake.fractions == {1: pytest.approx(6000 * MIB / total)}
+    assert budget.device == 'cuda:1' and budget.nbytes == 6000 * MIB
+    assert 'capped at scaling.memory_budget_mib=6000' in budget.how
+
+
+def test_without_a_budget_the_free_memory_is_the_budget(fake):
+    pin_device(0)
+    budget = apply_budget(None, torch.device('cuda', 0))
+    free, _ = fake.mem_get_info(0)
+    assert abs(budget.nbytes - free) <= 2 * MIB  # the process may grow between the reads
+    assert fake.fractions == {}
+
+
+def test_held_bytes_on_a_gpu_are_its_allocated_bytes(fake):
+    pin_device(0)
+    block = torch.ones(64 * MIB, dtype=torch.uint8)
+    held = held_bytes(torch.device('cuda', 0))
+    assert held >= 64 * MIB * 0.95 and held <= fake.allocated(0)
+    del block
+
+
+def test_wrapper_puts_no_device_ids_where_tensors_stay_on_the_cpu(fake):
+    from mmengine.config import Config
+    wrapper = model_wrapper_for(Config(dict(model=dict(type='X'))), True, local_rank=1)
+    assert wrapper['device_ids'] is None  # the fake's ranks compute on the CPU (gloo)
+
+
+@pytest.mark.parametrize('count, local', [(2, 1), (3, 0)])
+def test_hand_set_variables_derive_local_rank_from_the_gpu_count(fake, monkeypatch, tmp_path, count,
+                                                                 local):
+    make_fake_host(str(tmp_path / 'h'), count=count)
+    use_gpus(FakeGpus(str(tmp_path / 'h')))
+    monkeypatch.setenv('RANK', '3')
+    monkeypatch.setenv('WORLD_SIZE', '4')
+    monkeypatch.setenv('MASTER_ADDR', '127.0.0.1')
+    monkeypatch.setenv('MASTER_PORT', '29500')
+    assert _layout('pytorch') == (4, local)  # rank 3 on a host of `count` GPUs
+    assert os.environ.get('LOCAL_RANK') is None  # read, not written
