@@ -204,13 +204,21 @@ def _unreachable_base(scaling: ScalingConfig, facts: ConfigFacts,
     multiples = f'{below} or {above}' if below else f'{above}'
     batch = f'train_dataloader.batch_size={facts.batch_size}' + (
         f' × accumulation {facts.accumulative_counts}' if facts.accumulative_counts > 1 else '')
-    kept = 'batch and accumulation as written, LR × 1.0' + ('' if name_batch(facts.config_name) else
+    named = name_batch(facts.config_name)
+    kept = 'batch and accumulation as written, LR × 1.0' + ('' if named else
                                                             ', iteration counts as written')
+    name, fixes = '', f'scaling.global_batch_size={base[0]}'
+    if named is not None and named[0] * named[1] * facts.accumulative_counts != base[0]:
+        written = named[0] * named[1] * facts.accumulative_counts
+        name = (f'; the config name says {named[0]}xb{named[1]} = {written} samples per step, '
+                f'which also disagrees with it')
+        fixes = (f'scaling.global_batch_size={written} (as the name says) or '
+                 f'scaling.global_batch_size={base[0]} (as the base says)')
     return (f'auto_scale_lr.base_batch_size={base[0]} is not a whole number of per-device '
-            f'steps ({batch} = {per_step} samples), so no world size reproduces it: keeping '
+            f'steps ({batch} = {per_step} samples), so no world size reproduces it{name}: keeping '
             f"MMEngine's per-device semantics ({kept}); "
             f'for a fixed global batch set auto_scale_lr.base_batch_size to a multiple of '
-            f'{per_step} (e.g. {multiples}) or scaling.global_batch_size={base[0]}')
+            f'{per_step} (e.g. {multiples}) or {fixes}')
 
 
 def _resolve_cap(scaling: ScalingConfig, facts: ConfigFacts, measured: Optional[int]) -> int:

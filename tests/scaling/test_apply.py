@@ -147,3 +147,18 @@ def test_resume_with_another_global_batch_is_refused():
     saved['lrs'] = [2e-3]
     with pytest.raises(ResumeMismatch, match='learning rates'):
         resume_factor(saved, _plan(1))
+
+
+def test_rtmdet_name_and_base_disagree_both_facts_in_the_warning():
+    """rtmdet_tiny_8xb32: the name means 8 × 32 = 256 per step, auto_scale_lr says 16, which
+    is not a whole number of per-device steps of 32: the one warning names both numbers and
+    both fixes (the name's 256 was lost once, when the per-device fallback came in)."""
+    cfg = load_config('mmdet::rtmdet/rtmdet_tiny_8xb32-300e_coco.py')
+    written = written_recipe('mmdet::rtmdet/rtmdet_tiny_8xb32-300e_coco.py')
+    assert (written['global_batch'], written['base'], written['batch']) == (256, 16, 32)
+    plan = plan_for_config(cfg, 8)
+    [warning] = [w for w in plan.warnings if 'base_batch_size=16' in w]
+    assert 'not a whole number of per-device steps' in warning
+    assert '8xb32 = 256 samples per step' in warning
+    assert 'scaling.global_batch_size=256' in warning and 'scaling.global_batch_size=16' in warning
+    assert plan.mode == 'per_device' and plan.per_device_batch_size == 32
