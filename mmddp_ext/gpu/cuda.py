@@ -29,7 +29,8 @@ class CudaGpus:
         torch.cuda.set_device(index)
 
     def initialized(self) -> bool:
-        return torch.cuda.is_available() and torch.cuda.is_initialized()
+        # never asks the driver: called where memory may be short (after an out-of-memory error)
+        return torch.cuda.is_initialized()
 
     def name(self, index: int) -> str:
         return torch.cuda.get_device_name(index)

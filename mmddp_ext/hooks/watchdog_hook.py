@@ -228,7 +228,7 @@ class HangWatchdogHook(Hook):
             pass
         try:
             g = gpus()
-            if g.available() and g.initialized():
+            if g.initialized():
                 self.state['device_allocated'] = g.allocated(g.current())
         except Exception:
             pass
