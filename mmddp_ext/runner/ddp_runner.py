@@ -14,7 +14,9 @@ train is built as MMEngine's Runner builds it):
    applied to a copy of the config; ``auto_scale_lr.enable`` is switched off afterwards
    because the plan already includes MMEngine's rule (with accumulation) — so there is no
    double scaling;
-3. a :class:`~mmddp_ext.hooks.ScalingHook` (logs the plan, stores it in checkpoints,
+3. an :class:`~mmddp_ext.hooks.AgreementHook` (every rank's dataset, model, config and
+   versions compared before the first iteration), a
+   :class:`~mmddp_ext.hooks.ScalingHook` (logs the plan, stores it in checkpoints,
    reconciles a resume on another world size), a
    :class:`~mmddp_ext.hooks.RankMemoryHook` (``interval=50``) and a
    :class:`~mmddp_ext.hooks.FiniteLossHook` (``action='stop'``), a
@@ -64,9 +66,14 @@ from ..utils.quiet import quiet_logger, quiet_warnings
 from .resumable_loop import resumable_loop_cfg
 
 # Added unless the config lists them itself (e.g. with another interval).
-DEFAULT_HOOKS = (dict(type='ScalingHook'), dict(type='RankMemoryHook', interval=50),
-                 dict(type='FiniteLossHook',
-                      action='stop'), dict(type='HangWatchdogHook'), dict(type='PreemptionHook'))
+DEFAULT_HOOKS = (
+    dict(type='AgreementHook'),
+    dict(type='ScalingHook'),
+    dict(type='RankMemoryHook', interval=50),
+    dict(type='FiniteLossHook', action='stop'),
+    dict(type='HangWatchdogHook'),
+    dict(type='PreemptionHook'),
+)
 
 
 def _layout(launcher: str) -> Tuple[int, int]:
