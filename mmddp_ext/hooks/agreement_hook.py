@@ -1,37 +1,16 @@
 """``AgreementHook``: before the first iteration, every rank agrees or the job stops with a table.
 
-The comparison and the screen are :mod:`mmddp_ext.dist.agreement`; this hook only builds this
-rank's summary, gathers the summaries once and raises on every rank on a mismatch.
+The comparison and the screen are :mod:`mmddp_ext.dist.agreement`, the collective
+:func:`mmddp_ext.dist.agree.agree_or_stop`; this hook only builds this rank's summary once the
+training data is built.
 """
-import socket
 import time
-from importlib import metadata
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional
 
-from mmengine.dist import all_gather_object, get_world_size
 from mmengine.hooks import Hook
-from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
-from ..dist.agreement import (PACKAGES, Disagreement, RanksDisagreeError, canonical, disagreements,
-                              format_screen, rank_summary, short_message)
-
-
-def versions(packages: Sequence[str] = PACKAGES) -> Dict[str, Optional[str]]:
-    """``{package: installed version}``, None for a package that is not installed."""
-    out = {}
-    for name in packages:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def parameter_shapes(model: Any) -> List[Tuple[str, Tuple[int, ...]]]:
-    """``(name, shape)`` of every parameter of the model inside any wrapper, in order."""
-    inner = model.module if is_model_wrapper(model) else model
-    return [(name, tuple(p.shape)) for name, p in inner.named_parameters()]
+from ..dist.agree import agree_or_stop, view_of
 
 
 def _length(obj: Any) -> Optional[int]:
@@ -51,12 +30,11 @@ class AgreementHook(Hook):
     versions of torch, mmengine, mmcv, mmpose, mmdet and mmddp_ext; one ``all_gather_object``
     brings every summary to every rank. When they differ, rank 0 logs the screen of
     :func:`~mmddp_ext.dist.agreement.format_screen` and every rank raises
-    :class:`~mmddp_ext.dist.agreement.RanksDisagreeError` (rank 0's message is the screen),
-    so the job stops before step 1. When they agree, rank 0 logs one line with the time the
-    check took.
+    :class:`~mmddp_ext.dist.agreement.RanksDisagreeError`, so the job stops before step 1.
+    When they agree, rank 0 logs one line with the time the check took (also in
+    :attr:`seconds`).
 
-    Collective: every rank must run it (all ranks gather together; a second gather, of the
-    parameter lists, only when the parameters differ).
+    Collective: every rank must run it.
 
     Example::
 
@@ -73,33 +51,13 @@ class AgreementHook(Hook):
         """Summarise, gather, compare; raise on every rank when the ranks differ."""
         start = time.perf_counter()
         loader = runner.train_dataloader
-        params = parameter_shapes(runner.model)
-        mine = rank_summary(
-            _length(getattr(loader, 'dataset', None)), _length(loader), params,
-            canonical(runner.cfg.to_dict()), versions(), socket.gethostname())
-        self.summaries = all_gather_object(mine)
-        found = disagreements(self.summaries)
+        mine, params = view_of(runner.model, runner.cfg, _length(getattr(loader, 'dataset', None)),
+                               _length(loader))
+        self.summaries = agree_or_stop(mine, params, runner.rank, runner.logger)
         self.seconds = time.perf_counter() - start
-        if not found:
-            if runner.rank == 0:
-                runner.logger.info(
-                    f'[mmddp_ext] {len(self.summaries)} ranks agree: dataset length '
-                    f'{mine["dataset length"]}, {mine["iterations per epoch"]} iterations per '
-                    f'epoch, parameters {mine["parameters"]}, config {mine["config"]}, same '
-                    f'versions (checked in {self.seconds * 1000:.0f} ms)')
-            return
-        self._stop(runner, found, params)
-
-    def _stop(self, runner, found: Sequence[Disagreement], params) -> None:
-        shown = None
-        if any(d.field == 'parameters' for d in found):
-            leaders = {ranks[0] for d in found if d.field == 'parameters' for _, ranks in d.groups}
-            lists = all_gather_object(params if runner.rank in leaders else None)
-            shown = {r: p for r, p in enumerate(lists) if p is not None}
-        screen = format_screen(found, self.summaries, shown)
-        odd = sorted({r for d in found for r in d.odd_ranks})
-        fields = [d.field for d in found]
         if runner.rank == 0:
-            runner.logger.error(f'[mmddp_ext] {screen}')
-            raise RanksDisagreeError(screen, fields, odd)
-        raise RanksDisagreeError(short_message(found, get_world_size()), fields, odd)
+            runner.logger.info(
+                f'[mmddp_ext] {len(self.summaries)} ranks agree: dataset length '
+                f'{mine["dataset length"]}, {mine["iterations per epoch"]} iterations per epoch, '
+                f'parameters {mine["parameters"]}, config {mine["config"]}, same versions '
+                f'(checked in {self.seconds * 1000:.0f} ms)')

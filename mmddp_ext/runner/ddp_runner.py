@@ -54,6 +54,7 @@ from mmengine.registry import MODEL_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
 from ..checkpoint import from_plain, guard_checkpoint_hook, nonfinite_tensors, refusal, to_plain
+from ..dist.agree import agree_or_stop, view_of
 from ..dist.env import read_dist_env
 from ..dist.launch import ensure_process_group
 from ..dist.workers import tie_workers
@@ -223,7 +224,10 @@ class DDPRunner(Runner):
         """MMEngine's wrapping; on CPUs (gloo) SyncBN layers become BatchNorm
         (:func:`~mmddp_ext.dist.wrapper.batchnorm_for_cpu`) and ``sync_bn`` is ignored; in a
         single process, ``MicrobatchDDP`` when the config asks for it (MMEngine wraps only
-        distributed models)."""
+        distributed models). Before a distributed model is wrapped, every rank's parameters,
+        config and versions are compared (:func:`~mmddp_ext.dist.agree.agree_or_stop`): a
+        rank that built another model stops every rank with a table, not with DDP's shape
+        error."""
         import torch
         if self.distributed and not torch.cuda.is_available():
             model = batchnorm_for_cpu(model)
@@ -232,6 +236,8 @@ class DDPRunner(Runner):
                     f"[mmddp_ext] training on CPUs: sync_bn={self.cfg.sync_bn!r} ignored "
                     '(SyncBN needs CUDA)', logger='current')
                 self.cfg.sync_bn = None
+        if self.distributed and self.world_size > 1:  # before DDP's own shape check
+            agree_or_stop(*view_of(model, self.cfg), self.rank, self.logger)
         model = super().wrap_model(model_wrapper_cfg, model)
         if (not self.distributed and model_wrapper_cfg
                 and model_wrapper_cfg.get('type') == 'MicrobatchDDP'
