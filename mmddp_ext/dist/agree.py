@@ -7,10 +7,20 @@ and all act on the same answer. Which errors are out-of-memory errors is decided
 :mod:`mmddp_ext.memory.oom`. When the ranks agree to stop, every rank raises
 :class:`RanksOutOfMemoryError`, which names the ranks that ran out, so that the failure
 records and the diagnosis blame those and not the first rank to raise.
+
+Before the first iteration, :func:`agree_or_stop` compares every rank's view of the job (the
+pure part is :mod:`mmddp_ext.dist.agreement`): the DDPRunner before it wraps the model (DDP's
+own shape check would otherwise stop the job with torch's message), and the
+:class:`~mmddp_ext.hooks.AgreementHook` once the training data is built.
 """
-from typing import List, Sequence
+import socket
+from importlib import metadata
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
+
+from .agreement import (PACKAGES, RanksDisagreeError, canonical, disagreements, format_screen,
+                        rank_summary, short_message)
 
 
 class RanksOutOfMemoryError(torch.OutOfMemoryError):
@@ -34,3 +44,61 @@ def ranks_out_of_memory(ok: bool) -> List[int]:
     from mmengine.dist import all_gather
     flags = all_gather(torch.tensor([0 if ok else 1], dtype=torch.int64))
     return [rank for rank, flag in enumerate(flags) if flag.item()]
+
+
+def versions(packages: Sequence[str] = PACKAGES) -> Dict[str, Optional[str]]:
+    """``{package: installed version}``, None for a package that is not installed."""
+    out = {}
+    for name in packages:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def parameter_shapes(model: Any) -> List[Tuple[str, Tuple[int, ...]]]:
+    """``(name, shape)`` of every parameter of the model inside any wrapper, in order."""
+    from mmengine.model import is_model_wrapper
+    inner = model.module if is_model_wrapper(model) else model
+    return [(name, tuple(p.shape)) for name, p in inner.named_parameters()]
+
+
+def view_of(model: Any, cfg: Any, dataset_length: Optional[int] = None,
+            iters_per_epoch: Optional[int] = None) -> Tuple[Dict[str, Any], list]:
+    """This rank's summary (:func:`~mmddp_ext.dist.agreement.rank_summary`) of ``model``
+    (wrapped or not) and ``cfg`` (an mmengine ``Config``), and the parameter list behind it."""
+    params = parameter_shapes(model)
+    plain = cfg.to_dict() if hasattr(cfg, 'to_dict') else dict(cfg)
+    return rank_summary(dataset_length, iters_per_epoch, params, canonical(plain), versions(),
+                        socket.gethostname()), params
+
+
+def agree_or_stop(summary: Mapping[str, Any], params: Sequence, rank: int,
+                  logger: Any = None) -> List[Dict[str, Any]]:
+    """Gather every rank's summary and return them; when they differ, rank 0 logs the screen
+    and every rank raises :class:`~mmddp_ext.dist.agreement.RanksDisagreeError` (rank 0's
+    message is the screen, the others' its headline).
+
+    All ranks must call this: one ``all_gather_object`` of the summaries; only when they differ,
+    a second one of the parameter lists (if the parameters differ) and a barrier.
+    """
+    from mmengine.dist import all_gather_object, barrier
+    summaries = all_gather_object(dict(summary))
+    found = disagreements(summaries)
+    if not found:
+        return summaries
+    shown = None
+    if any(d.field == 'parameters' for d in found):
+        leaders = {ranks[0] for d in found if d.field == 'parameters' for _, ranks in d.groups}
+        lists = all_gather_object(list(params) if rank in leaders else None)
+        shown = {r: p for r, p in enumerate(lists) if p is not None}
+    odd = sorted({r for d in found for r in d.odd_ranks})
+    fields = [d.field for d in found]
+    screen = format_screen(found, summaries, shown) if rank == 0 else None
+    if screen is not None and logger is not None:
+        logger.error(f'[mmddp_ext] {screen}')
+    # no rank leaves before rank 0 has shown the screen: the launcher stops the others as soon
+    # as one rank exits
+    barrier()
+    raise RanksDisagreeError(screen or short_message(found, len(summaries)), fields, odd)

@@ -1,3 +1,4 @@
+from .agreement_hook import AgreementHook
 from .finite_loss_hook import FiniteLossHook, NonFiniteLossError
 from .memory_hook import RankMemoryHook
 from .preemption_hook import STOPPED_EXIT_CODE, PreemptionHook, TrainingStopped
@@ -5,6 +6,6 @@ from .scaling_hook import ScalingHook
 from .watchdog_hook import HangWatchdogHook
 
 __all__ = [
-    'FiniteLossHook', 'HangWatchdogHook', 'NonFiniteLossError', 'PreemptionHook', 'RankMemoryHook',
-    'STOPPED_EXIT_CODE', 'ScalingHook', 'TrainingStopped'
+    'AgreementHook', 'FiniteLossHook', 'HangWatchdogHook', 'NonFiniteLossError', 'PreemptionHook',
+    'RankMemoryHook', 'STOPPED_EXIT_CODE', 'ScalingHook', 'TrainingStopped'
 ]

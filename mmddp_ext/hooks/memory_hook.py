@@ -1,4 +1,8 @@
-"""``RankMemoryHook``: every rank's memory, gathered, logged, written, plotted; stray contexts."""
+"""``RankMemoryHook``: every rank's memory, gathered, logged, written, plotted; stray contexts.
+
+Every rank's iteration and data times ride along in the same gather, so a straggler is named
+(:mod:`mmddp_ext.dist.stragglers`) without a collective of its own.
+"""
 import json
 import os
 import os.path as osp
@@ -6,8 +10,10 @@ from typing import Dict, List, Optional
 
 from mmengine.dist import all_gather_object
 from mmengine.hooks import Hook
+from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
+from ..dist.stragglers import IterationClock, check_factor, find_straggler, plot_speed
 from ..gpu import physical, rank_device
 from ..memory.stats import MemoryReader, MemorySample
 from ..memory.stray import DeviceTable, GpuProcess, RankIdentity, find_stray
@@ -52,6 +58,13 @@ class RankMemoryHook(Hook):
     :func:`~mmddp_ext.memory.stray.find_stray` names any rank holding memory on another rank's
     device and any process outside the job (each finding logged once).
 
+    Each rank's median iteration, data and forward times over the interval
+    (:class:`~mmddp_ext.dist.stragglers.IterationClock`) ride along in the same sample and
+    JSONL line (``iter_time_s``, ``data_time_s``, ``forward_time_s``); a rank whose data or
+    forward time exceeds the others' by ``straggler_factor`` is named in a warning
+    (:func:`~mmddp_ext.dist.stragglers.find_straggler`), and ``speed.png`` beside
+    ``memory.png`` plots every rank's iteration and data time.
+
     The hook never resets torch's peak counters, which MMEngine's ``memory`` log field relies
     on (MMEngine resets them whenever it logs); it folds the counter into its own running peak
     every iteration at NORMAL priority, before the LoggerHook (BELOW_NORMAL) reads and resets it.
@@ -61,7 +74,9 @@ class RankMemoryHook(Hook):
     Args:
         interval: iterations between samples (positive int).
         stray_check: also gather NVML process tables on GPUs.
-        plot: write the PNG when training ends.
+        plot: write the PNGs when training ends.
+        straggler_factor: how many times the other ranks' median data or forward time a rank
+            may take before it is named (a number above 1; None: no straggler check).
 
     Example::
 
@@ -70,11 +85,14 @@ class RankMemoryHook(Hook):
 
     priority = 'NORMAL'
 
-    def __init__(self, interval: int = 50, stray_check: bool = True, plot: bool = True) -> None:
+    def __init__(self, interval: int = 50, stray_check: bool = True, plot: bool = True,
+                 straggler_factor: Optional[float] = 1.5) -> None:
         self.interval = positive_int('RankMemoryHook interval', interval, 'a positive integer',
                                      ' (iterations between samples), e.g. interval=50')
         self.stray_check = stray_check
         self.plot = plot
+        self.straggler_factor = check_factor(straggler_factor)
+        self.clock = IterationClock()
         self.reader: Optional[MemoryReader] = None
         self.baseline: Optional[MemorySample] = None
         self.last: Optional[MemorySample] = None
@@ -96,6 +114,15 @@ class RankMemoryHook(Hook):
         """Memory before the first step (model, optimizer wrapper, context): the baseline
         that the OOM advice subtracts to get the memory per sample."""
         self.baseline = self.reader.read(runner.iter)
+        self.clock.attach(runner.model.module if is_model_wrapper(runner.model) else runner.model)
+
+    def before_train_epoch(self, runner) -> None:
+        """The next batch's wait counts from here."""
+        self.clock.start()
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        """The batch arrived."""
+        self.clock.batch_ready()
 
     def snapshot(self) -> Dict:
         """Baseline, last sample and a fresh one, for a failure record (no collectives)."""
@@ -108,6 +135,7 @@ class RankMemoryHook(Hook):
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         """Track the peak every iteration; sample, gather and log every ``interval``."""
+        self.clock.iteration_done()
         self.reader.track_peak()
         if self.every_n_train_iters(runner, self.interval) or runner.iter == 0:
             self.sample(runner)
@@ -115,14 +143,16 @@ class RankMemoryHook(Hook):
     def sample(self, runner) -> List[Dict]:
         """Measure, append to this rank's JSONL, gather; rank 0 logs. All ranks must call."""
         self.last = self.reader.read(runner.iter + 1)
+        record = dict(self.last.to_dict(), **self.clock.take())
         with open(osp.join(self.out_dir, f'rank{runner.rank}.jsonl'), 'a') as f:
-            f.write(json.dumps(self.last.to_dict()) + '\n')
-        gathered = all_gather_object(self.last.to_dict())
+            f.write(json.dumps(record) + '\n')
+        gathered = all_gather_object(record)
         if self._nvml is not None:
             self._check_stray(runner, gathered)
         if runner.rank == 0:
             self.history.append(gathered)
             runner.logger.info(format_table(gathered))
+            self._check_speed(runner, gathered)
             scalars = {
                 f'memory/rank{s["rank"]}/{k}_mib': s[k] / MIB
                 for s in gathered
@@ -155,13 +185,23 @@ class RankMemoryHook(Hook):
                 self.findings.append(finding.message)
                 runner.logger.warning(f'[mmddp_ext memory] {finding.message}')
 
+    def _check_speed(self, runner, gathered: List[Dict]) -> None:
+        found = find_straggler(gathered, self.straggler_factor) if self.straggler_factor else None
+        if found is not None and (found.rank, found.part) not in self._reported:
+            self._reported.add((found.rank, found.part))
+            self.findings.append(found.message)
+            runner.logger.warning(f'[mmddp_ext speed] {found.message}')
+
     def after_run(self, runner) -> None:
-        """Rank 0 writes the per-rank peak plot."""
+        """Rank 0 writes the per-rank peak plot and the iteration time plot."""
+        self.clock.detach()
         if self._nvml is not None:
             self._nvml.close()
         if runner.rank == 0 and self.plot and self.history:
             path = plot_history(self.history, osp.join(self.out_dir, 'memory.png'))
-            runner.logger.info(f'[mmddp_ext] per-rank memory plot: {path}')
+            speed = plot_speed(self.history, osp.join(self.out_dir, 'speed.png'))
+            runner.logger.info(f'[mmddp_ext] per-rank memory plot: {path}' +
+                               (f'; iteration time plot: {speed}' if speed else ''))
 
 
 def plot_history(history: List[List[Dict]], path: str) -> str:

@@ -14,7 +14,9 @@ train is built as MMEngine's Runner builds it):
    applied to a copy of the config; ``auto_scale_lr.enable`` is switched off afterwards
    because the plan already includes MMEngine's rule (with accumulation) — so there is no
    double scaling;
-3. a :class:`~mmddp_ext.hooks.ScalingHook` (logs the plan, stores it in checkpoints,
+3. an :class:`~mmddp_ext.hooks.AgreementHook` (every rank's dataset, model, config and
+   versions compared before the first iteration), a
+   :class:`~mmddp_ext.hooks.ScalingHook` (logs the plan, stores it in checkpoints,
    reconciles a resume on another world size), a
    :class:`~mmddp_ext.hooks.RankMemoryHook` (``interval=50``) and a
    :class:`~mmddp_ext.hooks.FiniteLossHook` (``action='stop'``), a
@@ -52,6 +54,7 @@ from mmengine.registry import MODEL_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
 from ..checkpoint import from_plain, guard_checkpoint_hook, nonfinite_tensors, refusal, to_plain
+from ..dist.agree import agree_or_stop, view_of
 from ..dist.env import read_dist_env
 from ..dist.launch import ensure_process_group
 from ..dist.workers import tie_workers
@@ -65,9 +68,14 @@ from ..utils.quiet import quiet_logger, quiet_warnings
 from .resumable_loop import resumable_loop_cfg
 
 # Added unless the config lists them itself (e.g. with another interval).
-DEFAULT_HOOKS = (dict(type='ScalingHook'), dict(type='RankMemoryHook', interval=50),
-                 dict(type='FiniteLossHook',
-                      action='stop'), dict(type='HangWatchdogHook'), dict(type='PreemptionHook'))
+DEFAULT_HOOKS = (
+    dict(type='AgreementHook'),
+    dict(type='ScalingHook'),
+    dict(type='RankMemoryHook', interval=50),
+    dict(type='FiniteLossHook', action='stop'),
+    dict(type='HangWatchdogHook'),
+    dict(type='PreemptionHook'),
+)
 
 
 def _layout(launcher: str) -> Tuple[int, int]:
@@ -210,7 +218,10 @@ class DDPRunner(Runner):
         """MMEngine's wrapping; on CPUs (gloo) SyncBN layers become BatchNorm
         (:func:`~mmddp_ext.dist.wrapper.batchnorm_for_cpu`) and ``sync_bn`` is ignored; in a
         single process, ``MicrobatchDDP`` when the config asks for it (MMEngine wraps only
-        distributed models)."""
+        distributed models). Before a distributed model is wrapped, every rank's parameters,
+        config and versions are compared (:func:`~mmddp_ext.dist.agree.agree_or_stop`): a
+        rank that built another model stops every rank with a table, not with DDP's shape
+        error."""
         if self.distributed and not gpus().tensors_on_gpu():
             model = batchnorm_for_cpu(model)
             if self.cfg.get('sync_bn') is not None:  # MMEngine would convert them back
@@ -218,6 +229,8 @@ class DDPRunner(Runner):
                     f"[mmddp_ext] training on CPUs: sync_bn={self.cfg.sync_bn!r} ignored "
                     '(SyncBN needs CUDA)', logger='current')
                 self.cfg.sync_bn = None
+        if self.distributed and self.world_size > 1:  # before DDP's own shape check
+            agree_or_stop(*view_of(model, self.cfg), self.rank, self.logger)
         model = super().wrap_model(model_wrapper_cfg, model)
         if (not self.distributed and model_wrapper_cfg
                 and model_wrapper_cfg.get('type') == 'MicrobatchDDP'

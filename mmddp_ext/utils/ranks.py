@@ -1,12 +1,13 @@
 """Rank sets as short text, so a screen about 1024 ranks stays one screen."""
-from typing import Dict, Hashable, Iterable, List, Mapping, Tuple, TypeVar
+from typing import Dict, Hashable, Iterable, List, Mapping, Optional, Tuple, TypeVar
 
 T = TypeVar('T', bound=Hashable)
 
 
-def rank_spans(ranks: Iterable[int]) -> str:
+def rank_spans(ranks: Iterable[int], most: Optional[int] = None) -> str:
     """Sorted ranks, runs of three or more folded: ``rank_spans([0, 1, 2, 3, 5, 6])`` is
-    ``'0-3, 5, 6'``."""
+    ``'0-3, 5, 6'``. With ``most``, at most that many spans are written and the rest counted:
+    ``rank_spans([0, 2, 4, 6], most=2)`` is ``'0, 2 and 2 more'``."""
     ordered = sorted(set(ranks))
     spans: List[str] = []
     start = prev = None
@@ -18,14 +19,24 @@ def rank_spans(ranks: Iterable[int]) -> str:
         if rank is not None and start is None:
             start = rank
         prev = rank
+    if most is not None and len(spans) > most:
+        shown = spans[:most]
+        rest = len(ordered) - sum(_count(span) for span in shown)
+        return f'{", ".join(shown)} and {rest} more'
     return ', '.join(spans)
 
 
-def ranks_text(ranks: Iterable[int]) -> str:
-    """``'rank 3'`` for one rank, ``'ranks 0-3, 5'`` for several."""
+def _count(span: str) -> int:
+    first, _, last = span.partition('-')
+    return int(last or first) - int(first) + 1
+
+
+def ranks_text(ranks: Iterable[int], most: Optional[int] = None) -> str:
+    """``'rank 3'`` for one rank, ``'ranks 0-3, 5'`` for several (``most``: as in
+    :func:`rank_spans`)."""
     ordered = sorted(set(ranks))
     word = 'rank' if len(ordered) == 1 else 'ranks'
-    return f'{word} {rank_spans(ordered)}'
+    return f'{word} {rank_spans(ordered, most)}'
 
 
 def group_ranks(values: Mapping[int, T]) -> List[Tuple[T, Tuple[int, ...]]]:

@@ -33,3 +33,10 @@ def test_group_ranks_largest_group_first():
 
 def test_group_ranks_ties_by_lowest_rank():
     assert group_ranks({0: 'b', 1: 'a', 2: 'b', 3: 'a'}) == [('b', (0, 2)), ('a', (1, 3))]
+
+
+def test_spans_beyond_most_are_counted():
+    assert rank_spans([0, 2, 4, 6], most=2) == '0, 2 and 2 more'
+    assert rank_spans(list(range(10)) + [20, 30], most=1) == '0-9 and 2 more'
+    assert rank_spans([0, 2], most=2) == '0, 2'
+    assert ranks_text(range(0, 1024, 2), most=3) == 'ranks 0, 2, 4 and 509 more'

@@ -1,0 +1,140 @@
+"""The start-of-run agreement, pure: summaries in, differences and the one screen out."""
+import pickle
+
+import pytest
+
+from mmddp_ext.dist.agreement import (PER_NODE_KEYS, RanksDisagreeError, canonical, digest,
+                                      disagreements, first_param_differences, format_screen,
+                                      rank_summary, short_message)
+
+PARAMS = [('backbone.conv1.weight', (64, 3, 7, 7)), ('head.final_layer.weight', (17, 32, 1, 1)),
+          ('head.final_layer.bias', (17, ))]
+CFG = dict(
+    model=dict(type='TopdownPoseEstimator', backbone=dict(depth=18)),
+    train_dataloader=dict(batch_size=16, dataset=dict(data_root='data/demo/')),
+    work_dir='work_dirs/demo', optim_wrapper=dict(optimizer=dict(lr=1e-3)))
+VERSIONS = dict(torch='2.14.1', mmengine='0.10.7', mmcv='2.1.0', mmpose='1.3.2', mmdet='3.3.0',
+                mmddp_ext='0.1.0')
+
+
+def _summary(rank, length=320, params=PARAMS, cfg=CFG, versions=VERSIONS):
+    return rank_summary(length, length // 32, params, canonical(cfg), versions, f'node{rank // 8}')
+
+
+def _world(n, odd=None):
+    """``n`` healthy summaries; ``odd={rank: kwargs}`` changes some ranks."""
+    odd = odd or {}
+    return [_summary(r, **odd.get(r, {})) for r in range(n)]
+
+
+def test_healthy_ranks_agree():
+    assert disagreements(_world(16)) == []
+
+
+def test_host_is_carried_but_not_compared():
+    world = _world(16)
+    assert {s['host'] for s in world} == {'node0', 'node1'}
+    assert disagreements(world) == []
+
+
+@pytest.mark.parametrize('key', sorted(PER_NODE_KEYS))
+def test_per_node_paths_do_not_change_the_config_digest(key):
+    other = dict(CFG, train_dataloader=dict(CFG['train_dataloader'], dataset={key: '/node2/x'}),
+                 **{key: '/elsewhere/'})
+    assert digest(canonical(other)) == digest(
+        canonical(dict(CFG, train_dataloader=dict(CFG['train_dataloader'], dataset={}))))
+
+
+def test_canonical_drops_memory_addresses_and_names_functions():
+
+    class Thing:
+        pass
+
+    a, b = canonical({'f': len, 'cls': Thing, 'obj': Thing()}), canonical({'obj': Thing()})
+    assert a['f'] == 'builtins.len' and a['cls'].endswith('Thing')
+    assert a['obj'] == b['obj'] and '0x' not in a['obj']
+
+
+def test_dataset_length_mismatch_names_rank_field_values_and_fix():
+    world = _world(2, {1: dict(length=288)})
+    found = disagreements(world)
+    assert [d.field for d in found] == ['dataset length', 'iterations per epoch']
+    assert found[0].groups == ((320, (0, )), (288, (1, )))
+    screen = format_screen(found, world)
+    assert ' '.join(screen.splitlines()[:2]).replace('   ', ' ') == (
+        'ranks disagree before the first iteration, stopping every rank: rank 1 of 2 differs in '
+        'dataset length, iterations per epoch')
+    assert '320' in screen and '288' in screen and 'rank 1 (host node0)' in screen
+    assert 'fix: every rank must read the same annotation file' in screen
+
+
+def test_model_mismatch_shows_first_differing_parameters():
+    other = PARAMS[:1] + [('head.final_layer.weight', (16, 32, 1, 1)),
+                          ('head.final_layer.bias', (16, ))]
+    world = _world(4, {3: dict(params=other)})
+    found = disagreements(world)
+    assert [d.field for d in found] == ['parameters']
+    screen = format_screen(found, world, {0: PARAMS, 3: other})
+    assert 'first differences, rank 0 vs rank 3:' in screen
+    assert 'head.final_layer.weight: (17, 32, 1, 1) vs (16, 32, 1, 1)' in screen
+    assert 'head.final_layer.bias: (17) vs (16)' in screen
+    assert 'fix: every rank must build the same model' in screen
+
+
+def test_first_param_differences_names_missing_parameters():
+    lines = first_param_differences(PARAMS, PARAMS[:2] + [('extra.weight', (2, ))])
+    assert lines == ['head.final_layer.bias: (17) vs missing', 'extra.weight: missing vs (2)']
+
+
+def test_config_mismatch_names_the_section():
+    other = dict(CFG, optim_wrapper=dict(optimizer=dict(lr=2e-3)))
+    world = _world(2, {1: dict(cfg=other)})
+    found = disagreements(world)
+    assert [d.field for d in found] == ['config']
+    screen = format_screen(found, world)
+    assert 'sections that differ, rank 0 vs rank 1: optim_wrapper' in screen
+    assert 'same --cfg-options' in screen
+
+
+def test_version_mismatch_says_what_to_install():
+    world = _world(8, {r: dict(versions=dict(VERSIONS, mmcv='2.0.1')) for r in (5, 6)})
+    found = disagreements(world)
+    assert [d.field for d in found] == ['version mmcv']
+    screen = format_screen(found, world)
+    assert '2.0.1' in screen and 'ranks 5, 6' in screen
+    assert 'pip install mmcv==2.1.0' in screen
+
+
+def test_1024_ranks_stay_one_screen():
+    """Two nodes' worth of odd ranks, three odd values, 1024 ranks: grouped, one screen."""
+    odd = {r: dict(length=288) for r in range(512, 520)}
+    odd.update({733: dict(length=100), 901: dict(versions=dict(VERSIONS, torch='2.13.0'))})
+    world = _world(1024, odd)
+    found = disagreements(world)
+    screen = format_screen(found, world)
+    lines = screen.splitlines()
+    assert len(lines) <= 25, screen
+    assert 'rank: ranks 512-519, 733, 901 of 1024' in lines[0]
+    assert lines[1].startswith('  differ in dataset length')
+    assert 'ranks 0-511, 520-732, 734-1023' in screen  # the agreeing ranks, grouped
+    assert 'ranks 512-519 (host node64)' in screen and 'rank 733 (host node91)' in screen
+    assert 'rank 901 (host node112)' in screen and '2.13.0' in screen
+    assert max(len(line) for line in lines) <= 100
+
+
+def test_many_odd_values_are_counted_not_listed():
+    world = _world(1024, {r: dict(length=1000 + r) for r in range(0, 1024, 2)})
+    found = disagreements(world)
+    screen = format_screen(found, world)
+    assert len(screen.splitlines()) <= 25
+    assert '... 509 more values on ranks' in screen
+
+
+def test_short_message_and_error_pickle():
+    world = _world(2, {1: dict(length=288)})
+    found = disagreements(world)
+    msg = short_message(found, 2)
+    assert "rank 1 of 2 differs in dataset length, iterations per epoch; the table is in rank 0's" \
+        in msg
+    err = pickle.loads(pickle.dumps(RanksDisagreeError(msg, ['dataset length'], [1])))
+    assert str(err) == msg and err.fields == ['dataset length'] and err.ranks == [1]

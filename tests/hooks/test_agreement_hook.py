@@ -1,0 +1,70 @@
+"""AgreementHook in-process on MMEngine's toy runner (one process: it must agree with itself,
+log its line and time itself), and what it summarises. The real 2-process mismatches are
+``tests/e2e/test_agreement.py``."""
+import copy
+from unittest import mock
+
+import pytest
+from mmengine.testing import RunnerTestCase
+
+from mmddp_ext.dist.agree import agree_or_stop, parameter_shapes, versions, view_of
+from mmddp_ext.dist.agreement import PACKAGES, RanksDisagreeError
+from mmddp_ext.hooks.agreement_hook import AgreementHook
+from mmddp_ext.runner.ddp_runner import DDPRunner
+
+
+class TestAgreementHook(RunnerTestCase):
+
+    def _runner(self):
+        cfg = copy.deepcopy(self.epoch_based_cfg)
+        cfg.train_cfg = dict(by_epoch=True, max_epochs=1, val_interval=10)
+        cfg.experiment_name = self.experiment_name
+        return DDPRunner.from_cfg(cfg)
+
+    def test_added_by_default_agrees_and_times_itself(self):
+        runner = self._runner()
+        [hook] = [h for h in runner.hooks if isinstance(h, AgreementHook)]
+        runner.train()
+        assert len(hook.summaries) == 1
+        mine = hook.summaries[0]
+        assert mine['dataset length'] == len(runner.train_dataloader.dataset)
+        assert mine['iterations per epoch'] == len(runner.train_dataloader)
+        n = len(list(runner.model.parameters()))
+        assert mine['parameters'].startswith(f'{n} tensors, ')
+        assert 0 < hook.seconds < 5
+
+    def test_view_excludes_the_work_dir(self):
+        runner = self._runner()
+        a, _ = view_of(runner.model, runner.cfg)
+        cfg = copy.deepcopy(runner.cfg)
+        cfg.work_dir = '/elsewhere'
+        b, _ = view_of(runner.model, cfg)
+        cfg.train_cfg.max_epochs = 7
+        c, _ = view_of(runner.model, cfg)
+        assert a['config'] == b['config'] != c['config']
+
+
+def test_versions_and_shapes():
+    from importlib import metadata
+
+    import torch
+    got = versions()
+    assert set(got) == set(PACKAGES) and got['torch'] == metadata.version('torch')
+    assert versions(('no-such-package-xyz', ))['no-such-package-xyz'] is None
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    assert parameter_shapes(model) == [('0.weight', (2, 3)), ('0.bias', (2, ))]
+
+
+def test_agree_or_stop_raises_on_every_rank_with_the_screen_on_rank_0():
+    """The collective faked by its result: two ranks' summaries, rank 1's dataset shorter."""
+    mine = dict(host='a', **{'dataset length': 64})
+    other = dict(host='b', **{'dataset length': 16})
+    with mock.patch('mmengine.dist.all_gather_object', return_value=[mine, other]), \
+            mock.patch('mmengine.dist.barrier') as barrier:
+        with pytest.raises(RanksDisagreeError, match='  dataset length:') as rank0:
+            agree_or_stop(mine, [], rank=0)
+        with pytest.raises(RanksDisagreeError, match="table is in rank 0's log") as rank1:
+            agree_or_stop(other, [], rank=1)
+    assert barrier.call_count == 2  # nobody leaves before rank 0 has shown the screen
+    assert rank0.value.ranks == rank1.value.ranks == [1]
+    assert rank0.value.fields == ['dataset length']
