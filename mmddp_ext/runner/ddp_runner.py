@@ -55,7 +55,7 @@ from ..checkpoint import from_plain, guard_checkpoint_hook, nonfinite_tensors, r
 from ..dist.env import read_dist_env
 from ..dist.launch import ensure_process_group
 from ..dist.workers import tie_workers
-from ..dist.wrapper import batchnorm_for_cpu, model_wrapper_for
+from ..dist.wrapper import batchnorm_for_cpu, ddp_param_names, model_wrapper_for
 from ..memory.budget import apply_budget
 from ..scaling.apply import apply_plan, check_runtime_for_config, plan_for_config
 from ..scaling.config import ScalingConfig
@@ -216,7 +216,8 @@ class DDPRunner(Runner):
         """MMEngine's wrapping; on CPUs (gloo) SyncBN layers become BatchNorm
         (:func:`~mmddp_ext.dist.wrapper.batchnorm_for_cpu`) and ``sync_bn`` is ignored; in a
         single process, ``MicrobatchDDP`` when the config asks for it (MMEngine wraps only
-        distributed models)."""
+        distributed models). An error while wrapping (DDP's check that every rank has the same
+        model) carries ``ddp_param_names``, which the failure record keeps."""
         import torch
         if self.distributed and not torch.cuda.is_available():
             model = batchnorm_for_cpu(model)
@@ -225,7 +226,11 @@ class DDPRunner(Runner):
                     f"[mmddp_ext] training on CPUs: sync_bn={self.cfg.sync_bn!r} ignored "
                     '(SyncBN needs CUDA)', logger='current')
                 self.cfg.sync_bn = None
-        model = super().wrap_model(model_wrapper_cfg, model)
+        try:
+            model = super().wrap_model(model_wrapper_cfg, model)
+        except Exception as e:  # DDP's check that the models agree: the record names them
+            e.ddp_param_names = ddp_param_names(model)
+            raise
         if (not self.distributed and model_wrapper_cfg
                 and model_wrapper_cfg.get('type') == 'MicrobatchDDP'
                 and not is_model_wrapper(model)):
