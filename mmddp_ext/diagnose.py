@@ -26,7 +26,7 @@ from typing import Dict, List, Optional
 from .ddp_errors import ddp_error_lines, mismatch_lines, mismatch_text
 from .deaths import LAUNCHER_STOP, death_lines, host_memory_total, kernel_log, signal_name
 from .failures import failure_dir, read_failures
-from .frames import raise_site_lines
+from .frames import raise_site_lines, worker_error_line
 from .progress import launch_report_path, ranks_dir, read_ranks, stacks_path
 from .stacks import main_frames, parse_dump, split_ranks
 from .utils.io import atomic_write_text
@@ -158,13 +158,14 @@ def _raised_lines(records: List[Dict]) -> List[str]:
         lines = [
             f'{ranks_text(r.get("rank") for r in same)} raised the same error (rank '
             f'{first.get("rank")} {where} shown; no rank is the culprit):',
-            f'  {first.get("exc_type")}: ' + '\n  '.join(_first_lines(first.get('message', '')))
+            f'  {first.get("exc_type")}: ' +
+            '\n  '.join(_first_lines(worker_error_line(first.get('message', ''))))
         ]
         explained = {r.get('rank') for r in same}
     else:
         lines = [
-            f'first failing rank: {first.get("rank")} {where}',
-            f'  {first.get("exc_type")}: ' + '\n  '.join(_first_lines(first.get('message', '')))
+            f'first failing rank: {first.get("rank")} {where}', f'  {first.get("exc_type")}: ' +
+            '\n  '.join(_first_lines(worker_error_line(first.get('message', ''))))
         ]
         explained = {first.get('rank')}
     lines += raise_site_lines(first)

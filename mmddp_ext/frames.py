@@ -65,12 +65,51 @@ def raise_sites(frames: List[Dict]) -> Dict[str, Optional[Dict]]:
     return dict(raised_at=inner, user_at=None if mine is inner else mine)
 
 
-def exception_sites(exc: BaseException) -> Dict[str, Optional[Dict]]:
-    """:func:`raise_sites` of an exception; for a DataLoader worker's error re-raised in the
-    main process, the worker's own frames (from the traceback text it carries)."""
+def exception_sites(exc: BaseException) -> Dict[str, Optional[str]]:
+    """:func:`raise_sites` of an exception (for a DataLoader worker's error re-raised in the
+    main process, the worker's own frames, from the traceback text it carries), and
+    ``input_file``: the data file it was reading, if one is named (:func:`input_file`)."""
     frames = frames_of(exc.__traceback__)
-    worker = frames_in_text(str(exc)) if 'Original Traceback' in str(exc) else []
-    return raise_sites(worker or frames)
+    worker = frames_in_text(str(exc)) if WORKER in str(exc) else []
+    return dict(raise_sites(worker or frames), input_file=input_file(exc))
+
+
+WORKER = 'Original Traceback'  # what a DataLoader worker's error carries into the main process
+DATA_SUFFIXES = ('.json', '.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp', '.gif', '.txt',
+                 '.csv', '.xml', '.pkl', '.npy', '.npz', '.h5', '.mat', '.yaml', '.yml')
+_PATH_IN_TEXT = re.compile(
+    r"(?P<path>(?:[A-Za-z]:)?[\\/][^\s`'\"]+?(?:%s))(?=[\s`'\":,.)]|$)" %
+    '|'.join(re.escape(s) for s in DATA_SUFFIXES), re.IGNORECASE)
+
+
+def worker_error_line(message: str) -> str:
+    """The worker's own exception line of a DataLoader worker's error re-raised in the main
+    process (its last line); the message itself otherwise."""
+    if WORKER not in message:
+        return message
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    return lines[-1] if lines else message
+
+
+def input_file(exc: BaseException) -> Optional[str]:
+    """The data file an exception is about: a path the message names (a DataLoader worker's
+    message carries it into the main process), else, from the innermost frame outwards, a
+    local variable that names an existing data file or is an open one (the annotation file
+    a JSON parser was reading has no name in its error)."""
+    m = _PATH_IN_TEXT.search(worker_error_line(str(exc)))
+    if m:
+        return m.group('path')
+    tb, frames = exc.__traceback__, []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        for value in list(frame.f_locals.values()):
+            name = getattr(value, 'name', None) if hasattr(value, 'read') else value
+            if (isinstance(name, str) and name.lower().endswith(DATA_SUFFIXES)
+                    and osp.isfile(name)):
+                return osp.abspath(name)
+    return None
 
 
 def frame_text(frame: Dict) -> str:
@@ -80,8 +119,19 @@ def frame_text(frame: Dict) -> str:
 
 
 def raise_site_lines(record: Dict) -> List[str]:
-    """The diagnosis lines for a record's ``raised_at`` and ``user_at`` (none if absent)."""
+    """The diagnosis lines for a record's ``input_file``, ``raised_at`` and ``user_at``
+    (none if absent)."""
     lines = []
+    path = record.get('input_file')
+    if path:
+        what = ('the annotation file does not parse or lacks what the dataset reads' if
+                path.lower().endswith(('.json', '.xml', '.txt', '.csv', '.pkl', '.yaml',
+                                       '.yml')) else 'the file is corrupt, truncated or unreadable')
+        lines += [
+            f'  input file: {path} (rank {record.get("rank")}, host {record.get("host")})',
+            f'  fix: {what}: replace it with a good copy (is the copy on this node '
+            'complete?), or remove it and its entry from the annotations'
+        ]
     if record.get('raised_at'):
         lines.append(f'  raised at {frame_text(record["raised_at"])}')
     if record.get('user_at'):
