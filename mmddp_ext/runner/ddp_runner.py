@@ -41,6 +41,7 @@ train is built as MMEngine's Runner builds it):
 import copy
 import os
 import os.path as osp
+import shutil
 from typing import Any, Optional, Tuple
 
 from mmengine.config import Config
@@ -51,7 +52,8 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import MODEL_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
-from ..checkpoint import from_plain, guard_checkpoint_hook, nonfinite_tensors, refusal, to_plain
+from ..checkpoint import (DISK_FULL, disk_full_error, from_plain, guard_checkpoint_hook,
+                          nonfinite_tensors, previous_checkpoint, refusal, to_plain)
 from ..dist.env import read_dist_env
 from ..dist.launch import ensure_process_group
 from ..dist.workers import tie_workers
@@ -67,6 +69,15 @@ from .resumable_loop import resumable_loop_cfg
 DEFAULT_HOOKS = (dict(type='ScalingHook'), dict(type='RankMemoryHook', interval=50),
                  dict(type='FiniteLossHook',
                       action='stop'), dict(type='HangWatchdogHook'), dict(type='PreemptionHook'))
+
+
+def _disk_usage(path: str) -> Optional[Tuple[int, int]]:
+    """``(free, total)`` bytes of the disk that holds ``path``, or None."""
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return None
+    return usage.free, usage.total
 
 
 def _layout(launcher: str) -> Tuple[int, int]:
@@ -260,7 +271,8 @@ class DDPRunner(Runner):
                         by_epoch: bool = True, backend_args=None) -> None:
         """MMEngine's save, made atomic for local files: write ``.<name>.part``, fsync,
         rename. A crash mid-save leaves the previous file of that name intact, and the
-        CheckpointHook updates ``last_checkpoint`` only after this returns.
+        CheckpointHook updates ``last_checkpoint`` only after this returns. A full disk
+        (or quota) is one error line: the path, the free space, the previous checkpoint.
 
         Weights with a NaN or Inf are not saved: one log line names them and nothing is
         written (:func:`~mmddp_ext.checkpoint.nonfinite_tensors`)."""
@@ -274,12 +286,15 @@ class DDPRunner(Runner):
         main = is_main_process()  # MMEngine writes on the main process only; so do we
         try:
             super().save_checkpoint(out_dir, osp.basename(part), *args)
-        except BaseException:
+            if main:
+                commit(part, osp.join(out_dir, filename))
+        except BaseException as e:
             if main and osp.exists(part):
                 os.remove(part)
+            if isinstance(e, OSError) and e.errno in DISK_FULL:  # one line: where, how much
+                raise disk_full_error(e, osp.join(out_dir, filename), _disk_usage(out_dir),
+                                      previous_checkpoint(out_dir)) from e
             raise
-        if main:
-            commit(part, osp.join(out_dir, filename))
 
     def finite_for_save(self, what: str) -> bool:
         """Whether the model's weights are finite; if not, log that ``what`` (a checkpoint)
