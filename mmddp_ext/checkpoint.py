@@ -362,7 +362,7 @@ def disk_full_error(error: OSError, path: str, usage: Optional[Tuple[int, int]],
             if previous else 'no earlier checkpoint')
     return OSError(
         error.errno, f'{what} while saving checkpoint {path}{space}; {kept}, no partial '
-        'file was left. Fix: free space there, keep fewer checkpoints '
+        'file was left\nfix: free space there, keep fewer checkpoints '
         '(--cfg-options default_hooks.checkpoint.max_keep_ckpts=2), or give a --work-dir on '
         'a larger disk, then --resume')
 

@@ -34,7 +34,7 @@ from .utils.ranks import group_ranks, ranks_text
 from .utils.units import format_mib
 
 
-def _first_lines(text: str, n: int = 3, width: int = 300) -> List[str]:
+def _first_lines(text: str, n: int = 3, width: int = 400) -> List[str]:
     lines = [ln for ln in text.splitlines() if ln.strip()] or ['(no message)']
     return [ln[:width] for ln in lines[:n]]
 

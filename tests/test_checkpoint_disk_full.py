@@ -13,7 +13,7 @@ def test_the_line_names_the_path_the_free_space_and_the_previous_checkpoint():
     assert str(e) == (
         '[Errno 28] no space left on device while saving checkpoint /w/epoch_2.pth: 5 MiB free '
         'of 1024 MiB there; the previous checkpoint /w/epoch_1.pth is intact, no partial file '
-        'was left. Fix: free space there, keep fewer checkpoints (--cfg-options '
+        'was left\nfix: free space there, keep fewer checkpoints (--cfg-options '
         'default_hooks.checkpoint.max_keep_ckpts=2), or give a --work-dir on a larger disk, '
         'then --resume')
 

@@ -170,4 +170,4 @@ def test_a_full_disk_while_saving_is_one_line_and_the_previous_checkpoint_stays(
     assert f'while saving checkpoint {osp.join(str(mnt), "w", "epoch_2.pth")}: ' in line
     assert ' MiB free of 1024 MiB there' in line
     assert f'the previous checkpoint {prev} is intact, no partial file was left' in line
-    assert 'first failing rank: 0' in screen
+    assert 'fix: free space there' in screen and 'first failing rank: 0' in screen
