@@ -7,8 +7,15 @@ Reads what the run left behind and names the rank, the cause and the fix, in thi
   (:mod:`mmddp_ext.deaths`);
 * a hang (a watchdog stack dump in ``<work_dir>/ranks/``, or a collective timeout): the rank
   that did not arrive and where it was, the ranks that waited (:mod:`mmddp_ext.stacks`);
-* else the per-rank failure records (``<work_dir>/failures/``): the first rank that failed by
-  itself (not one that only lost its peer), the exception and where the full traceback is.
+* else the per-rank failure records (``<work_dir>/failures/``): one of DDP's known errors in
+  our words (:mod:`mmddp_ext.ddp_errors`), or the first rank that failed by itself (not one
+  that only lost its peer; when every rank raised the same, no rank is blamed), the
+  exception, where it was raised and the data file it read (:mod:`mmddp_ext.frames`), and
+  where the full traceback is.
+
+A rank killed by a signal whose kept stderr says that the ranks ran different collectives
+(gloo aborts the process then) is diagnosed as that, not as a native crash. Ranks that agree
+are grouped (:mod:`mmddp_ext.utils.ranks`), so the screen stays one screen for 1024 ranks.
 
 ``tools/dist_train.sh`` runs it after a non-zero exit as ``python -m mmddp_ext.diagnose
 --launch-report PATH --train-args CONFIG ARGS...``, which finds the work dir the same way

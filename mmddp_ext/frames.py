@@ -55,14 +55,29 @@ def frames_in_text(text: str) -> List[Dict]:
 def raise_sites(frames: List[Dict]) -> Dict[str, Optional[Dict]]:
     """``{'raised_at': innermost frame, 'user_at': innermost frame of the user's code}``.
 
-    ``user_at`` is None when the innermost frame is the user's itself, or when no frame
-    besides the outermost one (the entry script) is outside the libraries.
+    ``user_at`` is the innermost frame outside the installed libraries, else the innermost
+    one of a model library (MMPose, MMDetection: not torch, MMEngine, mmcv); None when that
+    is the innermost frame itself, or when there is no such frame besides the outermost one
+    (the entry script).
     """
     if not frames:
         return dict(raised_at=None, user_at=None)
     inner = frames[-1]
     mine = next((f for f in reversed(frames[1:]) if not is_library(f['file'])), None)
+    if mine is None:  # no code of the user's: the model's (MMPose's, MMDetection's) then
+        mine = next((f for f in reversed(frames[1:]) if _is_model_library(f['file'])), None)
     return dict(raised_at=inner, user_at=None if mine is inner else mine)
+
+
+# installed packages that are not the framework: model code (MMPose, MMDetection, timm, ...)
+_FRAMEWORK = ('/torch/', '/mmengine/', '/mmcv/', '/numpy/', '/xtcocotools/', '/pycocotools/',
+              '/PIL/', '/cv2/')
+
+
+def _is_model_library(path: str) -> bool:
+    path = path.replace('\\', '/')
+    return (('/site-packages/' in path or '/dist-packages/' in path)
+            and not any(marker in path for marker in _FRAMEWORK))
 
 
 def exception_sites(exc: BaseException) -> Dict[str, Optional[str]]:

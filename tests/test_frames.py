@@ -62,6 +62,19 @@ def test_the_entry_script_alone_is_not_called_the_users_code():
     assert raise_sites([]) == dict(raised_at=None, user_at=None)
 
 
+def test_without_user_code_the_models_frame_is_named_not_the_frameworks():
+    frames = [
+        dict(file='/home/me/tools/train.py', line=3, func='<module>', source='main()'),
+        dict(file='/x/site-packages/mmengine/runner/loops.py', line=5, func='run_iter',
+             source='self.runner.model.train_step(data)'),
+        dict(file='/x/site-packages/mmpose/models/heads/heatmap_head.py', line=7, func='forward',
+             source='x = self.final_layer(x)'),
+        dict(file='/x/site-packages/torch/nn/modules/conv.py', line=9, func='_conv_forward',
+             source='return F.conv2d(input, weight)')
+    ]
+    assert raise_sites(frames)['user_at'] == frames[2]
+
+
 WORKER_MESSAGE = '''Caught AssertionError in DataLoader worker process 1.
 Original Traceback (most recent call last):
   File "/x/site-packages/torch/utils/data/_utils/worker.py", line 349, in _worker_loop
