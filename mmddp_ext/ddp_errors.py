@@ -173,8 +173,10 @@ def mismatch_text(texts: Sequence[str]) -> Optional[str]:
     """The first line of ``texts`` that says the ranks ran different collectives, or None."""
     for text in texts:
         for line in str(text).splitlines():
-            if any(k in line for k in COLLECTIVE_MISMATCH):
-                return line.strip()
+            at = [line.find(k) for k in COLLECTIVE_MISMATCH if k in line]
+            if at:  # from the sentence on, without gloo's "[enforce fail at /long/path:N]"
+                start = line.rfind('] ', 0, min(at)) + 2 if '] ' in line[:min(at)] else 0
+                return line[start:].strip()
     return None
 
 

@@ -149,6 +149,13 @@ def _same_error(records: List[Dict]) -> bool:
     return len(records) > 1 and len(keys) == 1
 
 
+def _shown_message(record: Dict) -> str:
+    """The message to show: a DataLoader worker's own line, without a repeated type."""
+    text = worker_error_line(str(record.get('message', '')))
+    prefix = f'{record.get("exc_type")}: '
+    return text[len(prefix):] if text.startswith(prefix) else text
+
+
 def _raised_lines(records: List[Dict]) -> List[str]:
     """Python exceptions: a known DDP error in our words, else the first rank that failed by
     itself; where it was raised; memory; what the other ranks raised."""
@@ -165,14 +172,13 @@ def _raised_lines(records: List[Dict]) -> List[str]:
         lines = [
             f'{ranks_text(r.get("rank") for r in same)} raised the same error (rank '
             f'{first.get("rank")} {where} shown; no rank is the culprit):',
-            f'  {first.get("exc_type")}: ' +
-            '\n  '.join(_first_lines(worker_error_line(first.get('message', ''))))
+            f'  {first.get("exc_type")}: ' + '\n  '.join(_first_lines(_shown_message(first)))
         ]
         explained = {r.get('rank') for r in same}
     else:
         lines = [
-            f'first failing rank: {first.get("rank")} {where}', f'  {first.get("exc_type")}: ' +
-            '\n  '.join(_first_lines(worker_error_line(first.get('message', ''))))
+            f'first failing rank: {first.get("rank")} {where}',
+            f'  {first.get("exc_type")}: ' + '\n  '.join(_first_lines(_shown_message(first)))
         ]
         explained = {first.get('rank')}
     lines += raise_site_lines(first)

@@ -85,6 +85,8 @@ def exception_sites(exc: BaseException) -> Dict[str, Optional[str]]:
     main process, the worker's own frames, from the traceback text it carries), and
     ``input_file``: the data file it was reading, if one is named (:func:`input_file`)."""
     frames = frames_of(exc.__traceback__)
+    if frames and frames[-1]['file'].startswith(_PACKAGE) and exc.__cause__ is not None:
+        frames = frames_of(exc.__cause__.__traceback__) or frames  # we only re-worded it
     worker = frames_in_text(str(exc)) if WORKER in str(exc) else []
     return dict(raise_sites(worker or frames), input_file=input_file(exc))
 
@@ -149,6 +151,8 @@ def raise_site_lines(record: Dict) -> List[str]:
         ]
     if record.get('raised_at'):
         lines.append(f'  raised at {frame_text(record["raised_at"])}')
-    if record.get('user_at'):
-        lines.append(f'  from your code: {frame_text(record["user_at"])}')
+    mine = record.get('user_at')
+    if mine:
+        whose = 'outside torch and MMEngine' if is_library(mine['file']) else 'your code'
+        lines.append(f'  from {whose}: {frame_text(mine)}')
     return lines
