@@ -33,6 +33,7 @@ resumed run sees exactly what was saved. Example::
     <class 'numpy.float64'>
 """
 import copy
+import errno
 import itertools
 import os
 import os.path as osp
@@ -44,6 +45,8 @@ import numpy as np
 import torch
 from mmengine.logging import HistoryBuffer
 from mmengine.runner import CheckpointLoader
+
+from .utils.units import format_mib
 
 UNSAFE_ENV = 'MMDDP_UNSAFE_LOAD'
 _HISTORY_METHODS = ('min', 'max', 'current', 'mean')
@@ -337,3 +340,38 @@ def _improves(hook: Any, runner: Any, metrics: dict) -> bool:
         if score is not None and hook.is_better_than[key](score, best):
             return True
     return False
+
+
+DISK_FULL = (errno.ENOSPC, getattr(errno, 'EDQUOT', errno.ENOSPC))
+
+
+def disk_full_error(error: OSError, path: str, usage: Optional[Tuple[int, int]],
+                    previous: Optional[str]) -> OSError:
+    """The one-line error for a checkpoint save that ran out of space (pure formatting).
+
+    Args:
+        error: the ``OSError`` the write raised (ENOSPC, or EDQUOT for a quota).
+        path: the checkpoint that was being written.
+        usage: ``(free, total)`` bytes of its disk (``shutil.disk_usage``), or None.
+        previous: the previous checkpoint (``last_checkpoint``), if there is one.
+    """
+    what = 'disk quota exceeded' if error.errno != errno.ENOSPC else 'no space left on device'
+    space = (''
+             if usage is None else f': {format_mib(usage[0])} free of {format_mib(usage[1])} there')
+    kept = (f'the previous checkpoint {previous} is intact'
+            if previous else 'no earlier checkpoint')
+    return OSError(
+        error.errno, f'{what} while saving checkpoint {path}{space}; {kept}, no partial '
+        'file was left\nfix: free space there, keep fewer checkpoints '
+        '(--cfg-options default_hooks.checkpoint.max_keep_ckpts=2), or give a --work-dir on '
+        'a larger disk, then --resume')
+
+
+def previous_checkpoint(out_dir: str) -> Optional[str]:
+    """The checkpoint ``last_checkpoint`` in ``out_dir`` names, when that file exists."""
+    try:
+        with open(osp.join(out_dir, 'last_checkpoint')) as f:
+            path = f.read().strip()
+    except OSError:
+        return None
+    return path if path and osp.exists(path) else None

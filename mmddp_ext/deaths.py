@@ -49,7 +49,7 @@ def host_memory_total() -> Optional[int]:
 
 
 def death_lines(failure: Dict, state: Optional[Dict], kernel: Optional[List[str]],
-                host_total: Optional[int]) -> List[str]:
+                host_total: Optional[int], native_crash: bool = True) -> List[str]:
     """The diagnosis of one rank killed by a signal (pure formatting).
 
     Args:
@@ -57,6 +57,8 @@ def death_lines(failure: Dict, state: Optional[Dict], kernel: Optional[List[str]
         state: the rank's progress file, or None.
         kernel: :func:`kernel_log` lines for its pid, or None when unreadable.
         host_total: the host's memory, bytes.
+        native_crash: whether an abort or a segfault is to be called a native crash (not
+            when the caller knows why the process aborted).
     """
     sig = signal_name(failure) or f'exit code {failure.get("exitcode")}'
     state = state or {}
@@ -84,7 +86,7 @@ def death_lines(failure: Dict, state: Optional[Dict], kernel: Optional[List[str]
                           None else '; the kernel log does not mention this pid'))
         lines.append('  fix: if memory: fewer DataLoader workers (train_dataloader.num_workers)'
                      ', a smaller per-device batch, or more host memory for the job')
-    elif sig in ('SIGSEGV', 'SIGBUS', 'SIGABRT', 'SIGFPE', 'SIGILL'):
+    elif native_crash and sig in ('SIGSEGV', 'SIGBUS', 'SIGABRT', 'SIGFPE', 'SIGILL'):
         lines.append('  cause: a crash in native code (a C/C++/CUDA extension, the driver); '
                      'the Python stack at the crash is in the stack file below, if written')
     return lines

@@ -7,8 +7,15 @@ Reads what the run left behind and names the rank, the cause and the fix, in thi
   (:mod:`mmddp_ext.deaths`);
 * a hang (a watchdog stack dump in ``<work_dir>/ranks/``, or a collective timeout): the rank
   that did not arrive and where it was, the ranks that waited (:mod:`mmddp_ext.stacks`);
-* else the per-rank failure records (``<work_dir>/failures/``): the first rank that failed by
-  itself (not one that only lost its peer), the exception and where the full traceback is.
+* else the per-rank failure records (``<work_dir>/failures/``): one of DDP's known errors in
+  our words (:mod:`mmddp_ext.ddp_errors`), or the first rank that failed by itself (not one
+  that only lost its peer; when every rank raised the same, no rank is blamed), the
+  exception, where it was raised and the data file it read (:mod:`mmddp_ext.frames`), and
+  where the full traceback is.
+
+A rank killed by a signal whose kept stderr says that the ranks ran different collectives
+(gloo aborts the process then) is diagnosed as that, not as a native crash. Ranks that agree
+are grouped (:mod:`mmddp_ext.utils.ranks`), so the screen stays one screen for 1024 ranks.
 
 ``tools/dist_train.sh`` runs it after a non-zero exit as ``python -m mmddp_ext.diagnose
 --launch-report PATH --train-args CONFIG ARGS...``, which finds the work dir the same way
@@ -19,18 +26,22 @@ import datetime
 import json
 import os
 import os.path as osp
+import re
 import sys
 from typing import Dict, List, Optional
 
+from .ddp_errors import ddp_error_lines, mismatch_lines, mismatch_text
 from .deaths import LAUNCHER_STOP, death_lines, host_memory_total, kernel_log, signal_name
 from .failures import failure_dir, read_failures
+from .frames import raise_site_lines, worker_error_line
 from .progress import launch_report_path, ranks_dir, read_ranks, stacks_path
 from .stacks import main_frames, parse_dump, split_ranks
 from .utils.io import atomic_write_text
+from .utils.ranks import group_ranks, ranks_text
 from .utils.units import format_mib
 
 
-def _first_lines(text: str, n: int = 3, width: int = 300) -> List[str]:
+def _first_lines(text: str, n: int = 3, width: int = 400) -> List[str]:
     lines = [ln for ln in text.splitlines() if ln.strip()] or ['(no message)']
     return [ln[:width] for ln in lines[:n]]
 
@@ -64,20 +75,14 @@ def summarize(work_dir: str, records: Optional[List[Dict]] = None,
     ranks = _current_run(read_ranks(work_dir) if ranks is None else ranks)
     launch = _read_launch(work_dir) if launch is None else launch
     head = [f'==== mmddp_ext diagnosis of {osp.abspath(work_dir)} ====']
-    killed = [f for f in launch if signal_name(f) and signal_name(f) not in LAUNCHER_STOP]
+    raised = {r.get('rank') for r in records}
+    # a rank that raised and then died by a signal while exiting: its exception is the news
+    killed = [
+        f for f in launch
+        if signal_name(f) and signal_name(f) not in LAUNCHER_STOP and f.get('rank') not in raised
+    ]
     if killed:  # no Python exception: the signal is the news, whatever the others raised
-        first = min(killed, key=lambda f: f.get('time') or 0)
-        rank = first.get('rank')
-        lines = death_lines(first, ranks.get(rank), kernel_log(first.get('pid') or -1),
-                            host_memory_total())
-        if ranks.get(rank, {}).get('stacks'):
-            lines.append(f'  stacks: {stacks_path(work_dir, rank)}')
-        others = [r for r in records if r.get('rank') != rank]
-        if others:
-            lines.append('then: ' + '; '.join(f'rank {r.get("rank")} {r.get("exc_type")}'
-                                              f'{" (" + _waited(r) + ")" if _waited(r) else ""}'
-                                              for r in others))
-        return '\n'.join(head + lines)
+        return '\n'.join(head + _killed_lines(work_dir, killed, records, ranks))
     hang = _hang_lines(work_dir, records, ranks)
     if hang:
         return '\n'.join(head + hang)
@@ -92,22 +97,97 @@ def summarize(work_dir: str, records: Optional[List[Dict]] = None,
     silent = _silent_lines(records, ranks)
     if silent:
         return '\n'.join(head + silent)
+    return '\n'.join(head + _raised_lines(records))
+
+
+def _killed_lines(work_dir: str, killed: List[Dict], records: List[Dict],
+                  ranks: Dict[int, Dict]) -> List[str]:
+    """The first rank killed by a signal; a collective mismatch when its last stderr lines
+    (kept by the launcher) say so: gloo aborts the process then, it is no native crash."""
+    first = min(killed, key=lambda f: f.get('time') or 0)
+    rank = first.get('rank')
+    mismatch = mismatch_text(
+        [ranks.get(f.get('rank'), {}).get('stderr_tail') or ''
+         for f in killed] + [r.get('message', '') for r in records])
+    lines = death_lines(first, ranks.get(rank), kernel_log(first.get('pid') or -1),
+                        host_memory_total(), native_crash=not mismatch)
+    if mismatch:
+        lines += mismatch_lines(mismatch)
+        done = {r: s.get('completed_iter') for r, s in ranks.items()}
+        if done:
+            lines.append(f'  last completed iteration: {_by_rank(done)}')
+    if ranks.get(rank, {}).get('stacks'):
+        lines.append(f'  stacks: {stacks_path(work_dir, rank)}')
+    others = [r for r in records if r.get('rank') != rank]
+    if others:
+        lines.append('then: ' + _grouped(others))
+    return lines
+
+
+def _by_rank(values: Dict[int, object]) -> str:
+    """``ranks 0-1022: 5; rank 1023: 4`` (ranks that agree grouped, the largest group first)."""
+    return '; '.join(f'{ranks_text(rs)}: {"-" if v is None else v}'
+                     for v, rs in group_ranks(values))
+
+
+def _grouped(records: List[Dict]) -> str:
+    """``ranks 0-5, 7 RuntimeError (peer lost); rank 6 ValueError``: the ranks of ``records``
+    grouped by what they raised."""
+    what = {
+        r.get('rank'):
+        f'{r.get("exc_type")}' +
+        (f' ({_waited(r)})' if _waited(r) else ' (agreed to stop: it did not run out '
+         'itself)' if _agreed_only(r) else '')
+        for r in records
+    }
+    return '; '.join(f'{ranks_text(rs)} {v}' for v, rs in group_ranks(what))
+
+
+def _same_error(records: List[Dict]) -> bool:
+    """Whether several ranks raised the same error (numbers such as ranks aside)."""
+    keys = {(r.get('exc_type'), re.sub(r'\d+', 'N', str(r.get('message', '')))) for r in records}
+    return len(records) > 1 and len(keys) == 1
+
+
+def _shown_message(record: Dict) -> str:
+    """The message to show: a DataLoader worker's own line, without a repeated type."""
+    text = worker_error_line(str(record.get('message', '')))
+    prefix = f'{record.get("exc_type")}: '
+    return text[len(prefix):] if text.startswith(prefix) else text
+
+
+def _raised_lines(records: List[Dict]) -> List[str]:
+    """Python exceptions: a known DDP error in our words, else the first rank that failed by
+    itself; where it was raised; memory; what the other ranks raised."""
     first = _first_failure(records)
     when = datetime.datetime.fromtimestamp(first.get('time', 0)).strftime('%H:%M:%S')
-    lines = head + [
-        f'first failing rank: {first.get("rank")} (host {first.get("host")}, pid '
-        f'{first.get("pid")}, at {when})',
-        f'  {first.get("exc_type")}: ' + '\n  '.join(_first_lines(first.get('message', ''))),
-        f'  full traceback: {first.get("traceback_file")}'
-    ]
+    where = f'(host {first.get("host")}, pid {first.get("pid")}, at {when})'
+    world = first.get('world_size')
+    ddp = ddp_error_lines(records, world)
+    same = [r for r in records if not _waited(r) and not _agreed_only(r)]
+    if ddp:
+        lines = ddp
+        explained = {r.get('rank') for r in records if _same_error([r, first])}
+    elif _same_error(same) and len(same) == len(records):
+        lines = [
+            f'{ranks_text(r.get("rank") for r in same)} raised the same error (rank '
+            f'{first.get("rank")} {where} shown; no rank is the culprit):',
+            f'  {first.get("exc_type")}: ' + '\n  '.join(_first_lines(_shown_message(first)))
+        ]
+        explained = {r.get('rank') for r in same}
+    else:
+        lines = [
+            f'first failing rank: {first.get("rank")} {where}',
+            f'  {first.get("exc_type")}: ' + '\n  '.join(_first_lines(_shown_message(first)))
+        ]
+        explained = {first.get('rank')}
+    lines += raise_site_lines(first)
+    lines.append(f'  full traceback: {first.get("traceback_file")}')
     lines += _memory_lines(first)
-    others = [r for r in records if r is not first]
+    others = [r for r in records if r.get('rank') not in explained]
     if others:
-        lines.append('then: ' + '; '.join(
-            f'rank {r.get("rank")} {r.get("exc_type")}' +
-            (' (agreed to stop: it did not run out itself)' if _agreed_only(r) else '')
-            for r in others))
-    return '\n'.join(lines)
+        lines.append('then: ' + _grouped(others))
+    return lines
 
 
 def _where(state: Dict) -> str:
@@ -181,33 +261,53 @@ def _hang_lines(work_dir: str, records: List[Dict], ranks: Dict[int, Dict]) -> L
             record.get('rank'), 'a collective that timed out' if _waited(record) == 'timeout' else
             'a collective, until its peer went away (then it raised)')
         not_arrived.pop(record.get('rank'), None)
-    why = (f'no progress for {_seconds(min(timed_out.values()))} (hang watchdog)'
-           if timed_out else f'collective timeout on rank(s) '
-           f'{sorted(r.get("rank") for r in collective)}')
+    why = (f'no progress for {_seconds(min(timed_out.values()))} (hang watchdog)' if timed_out else
+           'collective timeout on ' + ranks_text(r.get('rank') for r in collective))
     lines = [f'hang: {why}']
-    for rank in sorted(not_arrived):
-        lines.append(f'rank {rank} did not arrive; it was in {not_arrived[rank]}')
-    if not not_arrived:
+    for where, rs in group_ranks(not_arrived):
+        lines.append(f'{ranks_text(rs)} did not arrive; {"they were" if len(rs) > 1 else "it was"}'
+                     f' in {where}')
+    sites = {r: _calling_site(f) for r, f in stacks.items() if r in waiting}
+    differ = not not_arrived and len(set(sites.values())) > 1
+    if differ:
+        lines.append('every rank waited, in different collectives:')
+        lines += [f'  {ranks_text(rs)} waited in {site}' for site, rs in group_ranks(sites)]
+        lines += mismatch_lines('the stacks show each rank in another collective')[1:]
+    elif not not_arrived:
         lines.append('every rank with a stack dump waited in a collective: the stacks do '
                      'not tell which rank is late; compare them below')
-    for rank in sorted(waiting):
-        lines.append(f'rank {rank} waited in {waiting[rank]}')
-    done = ', '.join(f'rank {r}: {"-" if c is None else c}' for r, c in sorted(completed.items()))
-    if done:
-        lines.append(f'  last completed iteration: {done}')
-    for record in collective:
-        lines.append(f'  rank {record.get("rank")} {record.get("exc_type")}: '
-                     f'{_first_lines(record.get("message", ""), 1, 160)[0]}')
+    if not differ:
+        lines += [f'{ranks_text(rs)} waited in {what}' for what, rs in group_ranks(waiting)]
+    if completed:
+        lines.append(f'  last completed iteration: {_by_rank(completed)}')
+    told = {
+        r.get('rank'): f'{r.get("exc_type")}: {_first_lines(r.get("message", ""), 1, 160)[0]}'
+        for r in collective
+    }
+    lines += [
+        f'  {ranks_text(rs)} {told[rs[0]]}' for _, rs in group_ranks({
+            rank: re.sub(r'\d+', 'N', text)
+            for rank, text in told.items()
+        })
+    ]
     missing = sorted(set(completed) - set(stacks) - {r.get('rank') for r in records})
     if missing:
-        lines.append(f'  no stack dump from rank(s) {missing} (killed before dumping)')
-    for rank in sorted(not_arrived) or sorted(stacks):
-        lines.append(f'  stacks: {stacks_path(work_dir, rank)}')
+        lines.append(f'  no stack dump from {ranks_text(missing)} (killed before dumping)')
+    shown = sorted(not_arrived) or sorted(stacks)
+    lines += ([f'  stacks: {stacks_path(work_dir, rank)}' for rank in shown]
+              if len(shown) <= 3 else [f'  stacks: {ranks_dir(work_dir)}/rank*.stacks.txt'])
     lines.append('  fix: look at the line above of the rank that did not arrive (a branch '
                  'taken on one rank only, a data loader or file system stall, a deadlock); '
                  "the bound is HangWatchdogHook's (custom_hooks=[dict(type='HangWatchdogHook', "
                  'min_timeout=...)])')
     return lines
+
+
+def _calling_site(frames: List) -> str:
+    """Where a waiting rank called its collective from: the innermost frame outside torch."""
+    return str(
+        next((f for f in frames if '/torch/' not in f.file.replace('\\', '/')),
+             frames[0] if frames else '?'))
 
 
 def _seconds(hms: str) -> str:

@@ -12,6 +12,7 @@ import time
 import traceback
 from typing import Any, Callable, Dict, List, Union
 
+from .frames import exception_sites
 from .memory.oom import address_space_limit, is_oom_error
 from .utils.io import atomic_write_text
 
@@ -58,7 +59,10 @@ def record_failure(work_dir: str, rank: int, exc: BaseException,
                       traceback_file=osp.abspath(tb_path))
         if getattr(exc, 'oom_ranks', None) is not None:  # the ranks agreed: who ran out
             record['oom_ranks'] = list(exc.oom_ranks)
+        record.update(exception_sites(exc))  # raised_at, user_at: file, line, source
         record.update(extra or {})
+        if getattr(exc, 'ddp_param_names', None) is not None:  # set where the model was wrapped
+            record['ddp_param_names'] = list(exc.ddp_param_names)
         path = osp.join(out, f'rank{rank}.json')
         atomic_write_text(path, json.dumps(record, indent=1, default=str))
         return path

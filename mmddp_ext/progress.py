@@ -12,12 +12,15 @@ or is killed by a signal never raises:
   interpreter itself when the watchdog's bound passes (``Timeout (h:mm:ss)!`` heading) or when
   the launcher sends SIGTERM to stop the rank. Works while the main thread is blocked in C++
   (a collective, a CUDA call), without any set-up by the user.
+* ``rank{R}.stderr.txt``: a copy of the rank's stderr, C++ included (written by the entry,
+  :mod:`mmddp_ext.stderr_copy`): what a rank that aborted in native code said last.
 """
 import json
 import os
 import os.path as osp
 from typing import Any, Dict
 
+from .stderr_copy import stderr_tail
 from .utils.io import atomic_write_text
 
 RANKS_DIR = 'ranks'
@@ -37,6 +40,11 @@ def progress_path(work_dir: str, rank: int) -> str:
 def stacks_path(work_dir: str, rank: int) -> str:
     """This rank's stack dump (written by :mod:`faulthandler`)."""
     return osp.join(ranks_dir(work_dir), f'rank{rank}.stacks.txt')
+
+
+def stderr_path(work_dir: str, rank: int) -> str:
+    """This rank's copy of its stderr (:mod:`mmddp_ext.stderr_copy`)."""
+    return osp.join(ranks_dir(work_dir), f'rank{rank}.stderr.txt')
 
 
 def launch_report_path(work_dir: str) -> str:
@@ -77,5 +85,6 @@ def read_ranks(work_dir: str) -> Dict[int, Dict[str, Any]]:
                 state['stacks'] = f.read()
         except OSError:
             state['stacks'] = ''
+        state['stderr_tail'] = stderr_tail(stderr_path(work_dir, rank))
         out[rank] = state
     return out

@@ -32,7 +32,7 @@ WAIT_SITES = (
     ('torch/cuda/', 'a CUDA synchronisation (waiting for queued collectives)'),
 )
 # Frames that are library code, skipped when naming the user's line.
-_LIBRARY = ('/site-packages/', '/dist-packages/', '/lib/python3', '<frozen ')
+LIBRARY_MARKERS = ('/site-packages/', '/dist-packages/', '/lib/python3', '<frozen ')
 
 
 class Frame(NamedTuple):
@@ -96,7 +96,7 @@ def wait_site(frames: List[Frame], depth: int = 3) -> Optional[str]:
 def user_frame(frames: List[Frame]) -> Optional[Frame]:
     """The innermost frame outside the installed libraries and the standard library."""
     for frame in frames:
-        if not any(marker in frame.file for marker in _LIBRARY):
+        if not any(marker in frame.file for marker in LIBRARY_MARKERS):
             return frame
     return None
 

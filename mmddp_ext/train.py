@@ -17,11 +17,13 @@ from .checkpoint import UNSAFE_ENV
 from .cli import build_parser, default_work_dir, parse_args  # noqa: F401  (the entry's API)
 from .dist.env import DistEnv, read_dist_env, threads_per_process
 from .dist.launch import ensure_process_group, launch_workers, read_launch_env, shutdown
-from .dist.wrapper import model_wrapper_for
+from .dist.wrapper import ddp_param_names, model_wrapper_for
 from .errors import UserError
 from .failures import clear_failure, record_failure
 from .hooks.preemption_hook import STOPPED_EXIT_CODE, TrainingStopped
+from .progress import stderr_path
 from .scaling.apply import check_runtime_for_config, plan_for_config, scaling_of
+from .stderr_copy import keep_stderr
 from .utils.config import load_config
 
 
@@ -117,6 +119,8 @@ def failure_context(runner, env: DistEnv, cfg: Optional[Config] = None) -> dict:
         out['stray_findings'] = hook.findings
     else:
         out['memory'] = {'now': MemoryReader(env.rank, 'cpu').read(0).to_dict()}
+    if hasattr(model, 'named_parameters'):  # names for DDP's errors, which give parameter indices
+        out['ddp_param_names'] = ddp_param_names(model)
     if runner is not None:
         wrapper = runner.cfg.get('model_wrapper_cfg') or {}
         if 'gradient_as_bucket_view' in wrapper:
@@ -147,6 +151,8 @@ def _train(args: argparse.Namespace, env: DistEnv) -> int:
         work_dir = cfg.work_dir
         check_config(cfg, env.world_size, env.distributed)  # before any rendezvous
         clear_failure(work_dir, env.rank)
+        if env.distributed:  # what a rank that aborts in native code says is kept
+            keep_stderr(stderr_path(work_dir, env.rank))
         notes = [env.describe(), *env.warnings]
         threads = threads_per_process(os.environ, env.local_world_size, os.cpu_count())
         if env.distributed and threads is not None:

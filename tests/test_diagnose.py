@@ -192,3 +192,114 @@ def test_a_rank_killed_without_a_launcher_report_is_named_with_its_node(tmp_path
     # a real error on some rank stays the news
     records.append(dict(rank=1, time=3.0, exc_type='ValueError', message='bad'))
     assert 'first failing rank: 1' in summarize(str(tmp_path), records, ranks=ranks, launch=[])
+
+
+WAITS = ('Thread 0x{t:x} (most recent call first):\n  File "/x/site-packages/torch/autograd/'
+         'graph.py", line 8 in _engine_run_backward\n')
+STUCK = ('Timeout (0:02:00)!\nThread 0x{t:x} (most recent call first):\n'
+         '  File "/home/me/model.py", line 5 in forward\n')
+
+
+def _progress(world, stuck=733):
+    return {
+        r:
+        dict(rank=r, run='r', time=10, completed_iter=4 if r == stuck else 5, main_thread=r + 1,
+             stacks=(STUCK if r == stuck else WAITS).format(t=r + 1))
+        for r in range(world)
+    }
+
+
+def test_a_hang_of_1024_ranks_stays_one_screen_and_names_the_rank_that_did_not_arrive():
+    text = summarize('.', [], _progress(1024), [])
+    lines = text.splitlines()
+    assert len(lines) < 40, text
+    assert 'rank 733 did not arrive; it was in /home/me/model.py:5 in forward' in text
+    assert "ranks 0-732, 734-1023 waited in backward (DDP's gradient all-reduce)" in text
+    assert 'last completed iteration: ranks 0-732, 734-1023: 5; rank 733: 4' in text
+
+
+def test_1024_ranks_that_lost_their_peer_are_one_line_and_the_raiser_is_named():
+    lost = [
+        dict(rank=r, time=2.0, exc_type='RuntimeError', message='[gloo] Connection closed '
+             f'by peer [127.0.0.{r % 250}]:1234') for r in range(1024) if r != 733
+    ]
+    own = dict(rank=733, time=3.0, exc_type='ValueError', message='bad keypoint')
+    text = summarize('.', lost + [own], ranks={}, launch=[])
+    assert len(text.splitlines()) < 40, text
+    assert 'first failing rank: 733' in text
+    assert 'then: ranks 0-732, 734-1023 RuntimeError (peer lost)' in text
+
+
+def test_1024_ranks_waiting_while_one_was_killed_stay_one_screen():
+    lost = [
+        dict(rank=r, time=2.0, exc_type='RuntimeError', message='Connection reset by peer')
+        for r in range(1024) if r != 733
+    ]
+    launch = [dict(rank=733, pid=9, exitcode=-9, signal='SIGKILL', host='n92', time=1.0)]
+    text = summarize('.', lost, _progress(1024), launch)
+    assert len(text.splitlines()) < 40, text
+    assert 'rank 733 (host n92, pid 9) was killed by SIGKILL' in text
+    assert 'then: ranks 0-732, 734-1023 RuntimeError (peer lost)' in text
+
+
+def test_every_rank_waiting_in_different_collectives_is_a_collective_mismatch():
+    """The field's case on the demo: rank 1 read half of the data, finished its epoch and sat
+    in SyncBuffersHook's all_reduce while rank 0 sat in DDP's forward of its next step."""
+    in_hook = ('Timeout (0:02:00)!\nThread 0x2 (most recent call first):\n'
+               '  File "/x/site-packages/torch/distributed/distributed_c10d.py", line 3913 in '
+               'all_reduce\n  File "/x/site-packages/mmengine/hooks/sync_buffer_hook.py", line '
+               '42 in after_train_epoch\n')
+    in_step = ('Timeout (0:02:00)!\nThread 0x1 (most recent call first):\n'
+               '  File "/x/site-packages/torch/nn/parallel/distributed.py", line 1776 in '
+               '_pre_forward\n  File "/x/site-packages/mmengine/runner/loops.py", line 131 in '
+               'run_iter\n')
+    ranks = {
+        0: dict(rank=0, run='r', time=1, completed_iter=2, main_thread=1, stacks=in_step),
+        1: dict(rank=1, run='r', time=1, completed_iter=2, main_thread=2, stacks=in_hook)
+    }
+    text = summarize('.', [], ranks, [])
+    assert 'every rank waited, in different collectives:' in text
+    assert 'rank 1 waited in /x/site-packages/mmengine/hooks/sync_buffer_hook.py:42' in text
+    assert 'rank 0 waited in /x/site-packages/mmengine/runner/loops.py:131' in text
+    assert 'different data lengths' in text
+    # positive control: the same place on every rank says nothing of a mismatch
+    ranks[1]['stacks'] = in_step.replace('0x1', '0x2')
+    assert 'different collectives' not in summarize('.', [], ranks, [])
+
+
+def test_a_gloo_abort_in_the_kept_stderr_is_a_collective_mismatch_not_a_native_crash():
+    launch = [dict(rank=1, pid=7, exitcode=-6, signal='SIGABRT', host='vm', time=1.0)]
+    tail = ("terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  "
+            '[enforce fail at pair.cc:464] op.preamble.length <= op.nbytes. 702308 vs 11144. '
+            "Received data size doesn't match expected size. Is there a distributed collective "
+            'mismatch in your code?\n')
+    ranks = {
+        r:
+        dict(rank=r, run='r', time=1, completed_iter=4, stacks='',
+             stderr_tail=tail if r == 1 else '')
+        for r in (0, 1)
+    }
+    records = [dict(rank=0, time=2.0, exc_type='RuntimeError', message='Connection reset by peer')]
+    text = summarize('.', records, ranks, launch)
+    assert 'rank 1 (host vm, pid 7) was killed by SIGABRT' in text
+    assert 'the ranks ran different collectives' in text and 'different data lengths' in text
+    assert 'native code' not in text
+    ranks[1]['stderr_tail'] = 'Segmentation fault in libfoo.so\n'  # positive control
+    assert 'cause: a crash in native code' in summarize('.', records, ranks, launch)
+
+
+def test_a_rank_that_raised_then_crashed_while_exiting_is_diagnosed_by_its_exception():
+    """torchrun stops the other rank with SIGTERM; it had raised the same error and died of
+    SIGSEGV while exiting (seen on the demo with an unused parameter)."""
+    records = [
+        dict(rank=r, time=1.0, exc_type='ValueError', message=f'bad value on rank {r}',
+             world_size=2) for r in (0, 1)
+    ]
+    launch = [
+        dict(rank=1, pid=5, exitcode=1, time=1.0),
+        dict(rank=0, pid=4, exitcode=-11, signal='SIGSEGV', time=1.0)
+    ]
+    text = summarize('.', records, {}, launch)
+    assert 'SIGSEGV' not in text
+    assert 'ranks 0, 1 raised the same error' in text and 'no rank is the culprit' in text
+    assert 'first failing rank' not in text

@@ -112,3 +112,12 @@ def batchnorm_for_cpu(model: Any) -> Any:
         '(SyncBN needs CUDA; statistics are per process, as in a single process); on GPUs '
         'SyncBN stays', logger='current')
     return revert_sync_batchnorm(model)
+
+
+def ddp_param_names(model: Any) -> list:
+    """The parameter names of ``model`` (a DDP-wrapped one: of its module) in the order DDP
+    indexes them in its errors ("Parameter indices which did not receive grad"): the
+    parameters that require a gradient, shared ones once, as ``named_parameters`` yields
+    them."""
+    module = getattr(model, 'module', model)
+    return [n for n, p in module.named_parameters() if p.requires_grad]

@@ -43,6 +43,7 @@ train is built as MMEngine's Runner builds it):
 import copy
 import os
 import os.path as osp
+import shutil
 from typing import Any, Optional, Tuple
 
 from mmengine.config import Config
@@ -53,12 +54,13 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import MODEL_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
-from ..checkpoint import from_plain, guard_checkpoint_hook, nonfinite_tensors, refusal, to_plain
+from ..checkpoint import (DISK_FULL, disk_full_error, from_plain, guard_checkpoint_hook,
+                          nonfinite_tensors, previous_checkpoint, refusal, to_plain)
 from ..dist.agree import agree_or_stop, view_of
 from ..dist.env import read_dist_env
 from ..dist.launch import ensure_process_group
 from ..dist.workers import tie_workers
-from ..dist.wrapper import batchnorm_for_cpu, model_wrapper_for
+from ..dist.wrapper import batchnorm_for_cpu, ddp_param_names, model_wrapper_for
 from ..gpu import gpus, rank_device
 from ..memory.budget import apply_budget
 from ..scaling.apply import apply_plan, check_runtime_for_config, plan_for_config
@@ -76,6 +78,15 @@ DEFAULT_HOOKS = (
     dict(type='HangWatchdogHook'),
     dict(type='PreemptionHook'),
 )
+
+
+def _disk_usage(path: str) -> Optional[Tuple[int, int]]:
+    """``(free, total)`` bytes of the disk that holds ``path``, or None."""
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return None
+    return usage.free, usage.total
 
 
 def _layout(launcher: str) -> Tuple[int, int]:
@@ -221,7 +232,8 @@ class DDPRunner(Runner):
         distributed models). Before a distributed model is wrapped, every rank's parameters,
         config and versions are compared (:func:`~mmddp_ext.dist.agree.agree_or_stop`): a
         rank that built another model stops every rank with a table, not with DDP's shape
-        error."""
+        error. An error while wrapping carries ``ddp_param_names``, which the failure record
+        keeps."""
         if self.distributed and not gpus().tensors_on_gpu():
             model = batchnorm_for_cpu(model)
             if self.cfg.get('sync_bn') is not None:  # MMEngine would convert them back
@@ -231,7 +243,11 @@ class DDPRunner(Runner):
                 self.cfg.sync_bn = None
         if self.distributed and self.world_size > 1:  # before DDP's own shape check
             agree_or_stop(*view_of(model, self.cfg), self.rank, self.logger)
-        model = super().wrap_model(model_wrapper_cfg, model)
+        try:
+            model = super().wrap_model(model_wrapper_cfg, model)
+        except Exception as e:  # DDP's check that the models agree: the record names them
+            e.ddp_param_names = ddp_param_names(model)
+            raise
         if (not self.distributed and model_wrapper_cfg
                 and model_wrapper_cfg.get('type') == 'MicrobatchDDP'
                 and not is_model_wrapper(model)):
@@ -261,7 +277,8 @@ class DDPRunner(Runner):
                         by_epoch: bool = True, backend_args=None) -> None:
         """MMEngine's save, made atomic for local files: write ``.<name>.part``, fsync,
         rename. A crash mid-save leaves the previous file of that name intact, and the
-        CheckpointHook updates ``last_checkpoint`` only after this returns.
+        CheckpointHook updates ``last_checkpoint`` only after this returns. A full disk
+        (or quota) is one error line: the path, the free space, the previous checkpoint.
 
         Weights with a NaN or Inf are not saved: one log line names them and nothing is
         written (:func:`~mmddp_ext.checkpoint.nonfinite_tensors`)."""
@@ -275,12 +292,15 @@ class DDPRunner(Runner):
         main = is_main_process()  # MMEngine writes on the main process only; so do we
         try:
             super().save_checkpoint(out_dir, osp.basename(part), *args)
-        except BaseException:
+            if main:
+                commit(part, osp.join(out_dir, filename))
+        except BaseException as e:
             if main and osp.exists(part):
                 os.remove(part)
+            if isinstance(e, OSError) and e.errno in DISK_FULL:  # one line: where, how much
+                raise disk_full_error(e, osp.join(out_dir, filename), _disk_usage(out_dir),
+                                      previous_checkpoint(out_dir)) from e
             raise
-        if main:
-            commit(part, osp.join(out_dir, filename))
 
     def finite_for_save(self, what: str) -> bool:
         """Whether the model's weights are finite; if not, log that ``what`` (a checkpoint)

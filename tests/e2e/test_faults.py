@@ -32,7 +32,7 @@ def test_a_stuck_rank_is_named_not_the_rank_that_waits(demo_data, tmp_path):
     assert 'hang: no progress for' in screen, proc.stdout[-5000:]
     assert 'rank 1 did not arrive; it was in' in screen and 'fault_hook.py' in screen
     assert 'rank 0 waited in' in screen
-    assert 'last completed iteration: rank 0: 2, rank 1: 2' in screen
+    assert 'last completed iteration: ranks 0, 1: 2' in screen
     assert 'fix:' in screen
 
 
@@ -45,7 +45,7 @@ def test_a_short_collective_timeout_still_names_the_stuck_rank(demo_data, tmp_pa
         "dict(type='FaultHook', rank=1, at_iter=3, fault='stuck')", 'env_cfg.dist_cfg.timeout=10',
         name='stuck_timeout.py')
     assert proc.returncode != 0
-    assert 'hang: collective timeout on rank(s) [0]' in screen, proc.stdout[-5000:]
+    assert 'hang: collective timeout on rank 0' in screen, proc.stdout[-5000:]
     assert 'rank 1 did not arrive; it was in' in screen and 'fault_hook.py' in screen
     assert 'rank 0 waited in a collective that timed out' in screen
     assert 'first failing rank: 0' not in proc.stdout

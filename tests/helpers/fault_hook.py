@@ -14,12 +14,13 @@ class FaultHook(Hook):
     """On ``rank``, at training iteration ``at_iter`` (1-based, as the log counts), before the
     iteration runs: ``'stuck'`` sleeps (the other ranks reach the gradient all-reduce and wait),
     ``'sigkill'`` first writes ``<work_dir>/fault_rank{R}.json`` (its pid and its DataLoader
-    worker pids), then kills its own process with SIGKILL, as the host's OOM killer does.
+    worker pids), then kills its own process with SIGKILL, as the host's OOM killer does;
+    ``'raise'`` raises an ordinary exception (``ValueError``) from the line below.
 
     Args:
         rank: the rank that misbehaves.
         at_iter: the iteration, 1-based.
-        fault: ``'stuck'`` or ``'sigkill'``.
+        fault: ``'stuck'``, ``'sigkill'`` or ``'raise'``.
     """
 
     def __init__(self, rank: int = 1, at_iter: int = 3, fault: str = 'stuck') -> None:
@@ -36,3 +37,5 @@ class FaultHook(Hook):
             with open(osp.join(runner.work_dir, f'fault_rank{runner.rank}.json'), 'w') as f:
                 json.dump(dict(pid=os.getpid(), workers=children), f)
             os.kill(os.getpid(), signal.SIGKILL)
+        elif self.fault == 'raise':
+            raise ValueError(f'injected fault on rank {runner.rank} at iteration {self.at_iter}')

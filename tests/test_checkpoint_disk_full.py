@@ -1,0 +1,34 @@
+"""The one line of a checkpoint save that ran out of space (:func:`disk_full_error`); the
+real ENOSPC is provoked in ``tests/e2e/test_diagnosis_cases.py``."""
+import errno
+
+from mmddp_ext.checkpoint import disk_full_error, previous_checkpoint
+
+
+def test_the_line_names_the_path_the_free_space_and_the_previous_checkpoint():
+    e = disk_full_error(
+        OSError(errno.ENOSPC, 'No space left on device'), '/w/epoch_2.pth',
+        (5 * 2**20, 1024 * 2**20), '/w/epoch_1.pth')
+    assert e.errno == errno.ENOSPC
+    assert str(e) == (
+        '[Errno 28] no space left on device while saving checkpoint /w/epoch_2.pth: 5 MiB free '
+        'of 1024 MiB there; the previous checkpoint /w/epoch_1.pth is intact, no partial file '
+        'was left\nfix: free space there, keep fewer checkpoints (--cfg-options '
+        'default_hooks.checkpoint.max_keep_ckpts=2), or give a --work-dir on a larger disk, '
+        'then --resume')
+
+
+def test_a_quota_and_a_first_save_say_so():
+    text = str(
+        disk_full_error(OSError(errno.EDQUOT, 'Disk quota exceeded'), '/w/a.pth', None, None))
+    assert 'disk quota exceeded while saving checkpoint /w/a.pth; no earlier checkpoint' in text
+
+
+def test_the_previous_checkpoint_is_the_one_last_checkpoint_names(tmp_path):
+    assert previous_checkpoint(str(tmp_path)) is None
+    ckpt = tmp_path / 'epoch_1.pth'
+    ckpt.write_bytes(b'x')
+    (tmp_path / 'last_checkpoint').write_text(str(ckpt))
+    assert previous_checkpoint(str(tmp_path)) == str(ckpt)
+    ckpt.unlink()  # named but gone: not called intact
+    assert previous_checkpoint(str(tmp_path)) is None
