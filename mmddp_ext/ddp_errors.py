@@ -188,8 +188,9 @@ def mismatch_lines(line: str) -> List[str]:
         '  cause: usually different data lengths (a rank that reads another copy of the data '
         'on its node, a dataset that depends on the rank) or a rank skipping a step (a branch '
         'taken on one rank only, a skipped backward)',
-        "  fix: give every rank the same data (the start-of-run comparison of the ranks' "
-        'dataset lengths names the rank that differs) and the same steps; '
+        "  fix: give every rank the same data (AgreementHook, a default hook of DDPRunner, "
+        "compares the ranks' dataset lengths before the first iteration and names the rank "
+        'that differs) and the same steps; '
         'TORCH_DISTRIBUTED_DEBUG=DETAIL names the two collectives',
     ]
 

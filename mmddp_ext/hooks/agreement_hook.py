@@ -36,6 +36,10 @@ class AgreementHook(Hook):
 
     Collective: every rank must run it.
 
+    Args:
+        enabled: False turns the check off, here and before the model is wrapped (then DDP's
+            own errors reach the diagnosis, explained by :mod:`mmddp_ext.ddp_errors`).
+
     Example::
 
         custom_hooks = [dict(type='AgreementHook')]
@@ -43,12 +47,17 @@ class AgreementHook(Hook):
 
     priority = 'VERY_HIGH'
 
-    def __init__(self) -> None:
+    def __init__(self, enabled: bool = True) -> None:
+        if not isinstance(enabled, bool):
+            raise ValueError(f'AgreementHook: enabled={enabled!r} must be True or False')
+        self.enabled = enabled
         self.seconds: Optional[float] = None
         self.summaries: List[Dict[str, Any]] = []
 
     def before_train(self, runner) -> None:
         """Summarise, gather, compare; raise on every rank when the ranks differ."""
+        if not self.enabled:
+            return
         start = time.perf_counter()
         loader = runner.train_dataloader
         mine, params = view_of(runner.model, runner.cfg, _length(getattr(loader, 'dataset', None)),

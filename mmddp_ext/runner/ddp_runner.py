@@ -100,6 +100,13 @@ def _layout(launcher: str) -> Tuple[int, int]:
     return env.world_size, env.local_rank
 
 
+def _agreement_on(cfg: Any) -> bool:
+    """False when the config lists ``dict(type='AgreementHook', enabled=False)``."""
+    return not any(
+        str(h.get('type')).split('.')[-1] == 'AgreementHook' and h.get('enabled') is False
+        for h in cfg.get('custom_hooks') or [])
+
+
 def _init_process_group(launcher: str, env_cfg: Optional[dict]) -> None:
     """:func:`~mmddp_ext.dist.launch.ensure_process_group`, its notes logged."""
     for note in ensure_process_group(launcher, (env_cfg or {}).get('dist_cfg')):
@@ -241,7 +248,8 @@ class DDPRunner(Runner):
                     f"[mmddp_ext] training on CPUs: sync_bn={self.cfg.sync_bn!r} ignored "
                     '(SyncBN needs CUDA)', logger='current')
                 self.cfg.sync_bn = None
-        if self.distributed and self.world_size > 1:  # before DDP's own shape check
+        if self.distributed and self.world_size > 1 and _agreement_on(self.cfg):
+            # before DDP's own shape check
             agree_or_stop(*view_of(model, self.cfg), self.rank, self.logger)
         try:
             model = super().wrap_model(model_wrapper_cfg, model)

@@ -31,7 +31,19 @@ class TestAgreementHook(RunnerTestCase):
         assert mine['iterations per epoch'] == len(runner.train_dataloader)
         n = len(list(runner.model.parameters()))
         assert mine['parameters'].startswith(f'{n} tensors, ')
-        assert 0 < hook.seconds < 5
+        assert hook.seconds > 0  # its cost is measured in bench/hook_costs.py
+
+    def test_switched_off_it_gathers_nothing_here_or_at_wrap_time(self):
+        from mmddp_ext.runner.ddp_runner import _agreement_on
+        cfg = copy.deepcopy(self.epoch_based_cfg)
+        cfg.train_cfg = dict(by_epoch=True, max_epochs=1, val_interval=10)
+        cfg.experiment_name = self.experiment_name + '_off'
+        cfg.custom_hooks = [dict(type='AgreementHook', enabled=False)]
+        runner = DDPRunner.from_cfg(cfg)
+        [hook] = [h for h in runner.hooks if isinstance(h, AgreementHook)]
+        runner.train()
+        assert hook.summaries == [] and hook.seconds is None
+        assert not _agreement_on(runner.cfg) and _agreement_on(self._runner().cfg)
 
     def test_view_excludes_the_work_dir(self):
         runner = self._runner()
@@ -42,6 +54,12 @@ class TestAgreementHook(RunnerTestCase):
         cfg.train_cfg.max_epochs = 7
         c, _ = view_of(runner.model, cfg)
         assert a['config'] == b['config'] != c['config']
+
+
+@pytest.mark.parametrize('bad', [0, 'no', None])
+def test_enabled_must_be_a_bool(bad):
+    with pytest.raises(ValueError, match=f'enabled={bad!r}'):
+        AgreementHook(enabled=bad)
 
 
 def test_versions_and_shapes():
