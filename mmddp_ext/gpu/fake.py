@@ -82,6 +82,7 @@ class FakeGpus:
         self._contexts: List[int] = []  # physical indices, in the order touched
         self._base_rss: Optional[int] = None
         self._held: Dict[int, int] = {}
+        self._held_peak: Dict[int, int] = {}
         self._pool: Dict[int, int] = {}
         self.fractions: Dict[int, float] = {}
 
@@ -131,13 +132,16 @@ class FakeGpus:
 
     def peak(self, index: int) -> int:
         p = physical(index)
+        held = self._held_peak.get(p, self._held.get(p, 0))
         if not self._is_current(p):
-            return self._held.get(p, 0)
+            return held
         hwm = _status_bytes('VmHWM')
         grown = max(self._grown(), hwm - self._base_rss) if hwm is not None else self._grown()
-        return self._held.get(p, 0) + max(0, grown)
+        return held + max(0, grown)
 
     def reset_peak(self, index: int) -> None:
+        p = physical(index)
+        self._held_peak[p] = self._held.get(p, 0)
         try:
             with open('/proc/self/clear_refs', 'w') as f:
                 f.write('5')
@@ -182,11 +186,19 @@ class FakeGpus:
 
     def hold(self, index: int, nbytes: int) -> None:
         """Keep ``nbytes`` of "tensors" on device ``index`` (e.g. a checkpoint loaded there
-        without ``map_location``); creates the device's context as a real allocation does."""
+        without ``map_location``); creates the device's context as a real allocation does.
+        Unlike the growth of the process, which depends on what the host's allocator reuses,
+        these bytes are exact."""
         self._touch(index)
         p = physical(index)
-        self._held[p] = self._held.get(p, 0) + nbytes
+        self._held[p] = max(0, self._held.get(p, 0) + nbytes)
+        self._held_peak[p] = max(self._held_peak.get(p, 0), self._held[p])
         self._publish()
+
+    def release(self, index: int, nbytes: int) -> None:
+        """Drop ``nbytes`` of what :meth:`hold` kept on device ``index`` (the pool keeps them
+        until :meth:`empty_cache`, the peak until :meth:`reset_peak`)."""
+        self.hold(index, -nbytes)
 
     def _check(self, index: int) -> None:
         if not 0 <= index < self.count():

@@ -35,13 +35,14 @@ def test_pin_makes_the_local_rank_s_gpu_current_and_touches_nothing_else(fake):
 def test_sample_reads_the_device_and_keeps_a_peak_that_a_reset_does_not_lose(fake):
     pin_device(1)
     reader = MemoryReader(0, 'cuda:1')
-    block = torch.ones(128 * MIB, dtype=torch.uint8)
-    del block
+    fake.hold(1, 128 * MIB)  # exact bytes: the host allocator's reuse does not blur them
+    fake.release(1, 128 * MIB)
     sample = reader.read(1)
     assert sample.device == 'cuda:1' and sample.device_total == fake.mem_get_info(1)[1]
     assert sample.peak_allocated >= 128 * MIB * 0.95
     assert sample.reserved >= sample.allocated
     fake.reset_peak(1)  # what MMEngine's LogProcessor does to torch's counter when it logs
+    assert fake.peak(1) < 128 * MIB
     assert reader.read(2).peak_allocated >= 128 * MIB * 0.95  # our running peak survives
 
 
@@ -64,10 +65,9 @@ def test_without_a_budget_the_free_memory_is_the_budget(fake):
 
 def test_held_bytes_on_a_gpu_are_its_allocated_bytes(fake):
     pin_device(0)
-    block = torch.ones(64 * MIB, dtype=torch.uint8)
+    fake.hold(0, 64 * MIB)
     held = held_bytes(torch.device('cuda', 0))
-    assert held >= 64 * MIB * 0.95 and held <= fake.allocated(0)
-    del block
+    assert 64 * MIB <= held <= fake.allocated(0)
 
 
 def test_wrapper_puts_no_device_ids_where_tensors_stay_on_the_cpu(fake):

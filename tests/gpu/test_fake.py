@@ -1,10 +1,10 @@
 """The fake GPU host behaves as CUDA and NVML do where the package relies on it."""
+import json
 import os
 import subprocess
 import sys
 
 import pytest
-import torch
 
 from mmddp_ext.gpu import FAKE_ENV, gpus, use_gpus
 from mmddp_ext.gpu.fake import FIELD_CONTEXT, FIELD_FOREIGN, FakeGpus, make_fake_host
@@ -49,27 +49,44 @@ def test_free_memory_counts_every_process_on_the_device(host):
     assert total - free >= FIELD_FOREIGN + FIELD_CONTEXT
 
 
-def test_allocations_grow_with_what_the_caller_allocates_and_peaks_reset(host):
-    host.set_device(0)
-    before = host.allocated(0)
-    block = torch.ones(64 * MIB, dtype=torch.uint8)  # written: resident
-    grown = host.allocated(0) - before
-    assert grown >= block.numel() * 0.95
-    del block
-    high = host.peak(0)
-    assert high >= before + 64 * MIB * 0.95
-    host.reset_peak(0)
-    assert host.peak(0) < high
-    assert host.allocated(1) == 0  # nothing was put on GPU 1
+GROWTH = """
+import json, sys, torch
+from mmddp_ext.gpu import gpus
+g = gpus()
+g.set_device(0)
+before = g.allocated(0)
+block = torch.ones(64 * 2**20, dtype=torch.uint8)  # written: resident
+grown = g.allocated(0) - before
+del block
+high = g.peak(0)
+g.reset_peak(0)
+print(json.dumps(dict(before=before, grown=grown, high=high, after=g.peak(0),
+                      other=g.allocated(1))))
+"""
+
+
+def test_allocations_grow_with_what_the_caller_allocates_and_peaks_reset(tmp_path):
+    """In a fresh process: there, no freed memory of the host's allocator is reused, so the
+    block's pages are new resident memory."""
+    make_fake_host(str(tmp_path), count=2)
+    out = subprocess.run([sys.executable, '-c', GROWTH], env=dict(os.environ,
+                                                                  **{FAKE_ENV: str(tmp_path)}),
+                         stdout=subprocess.PIPE, text=True, timeout=300, check=True).stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got['grown'] >= 64 * MIB * 0.95
+    assert got['high'] >= got['before'] + 64 * MIB * 0.95
+    assert got['after'] < got['high']  # the peak was reset
+    assert got['other'] == 0  # nothing was put on GPU 1
 
 
 def test_pool_keeps_the_peak_until_empty_cache(host):
     host.set_device(0)
-    block = torch.ones(32 * MIB, dtype=torch.uint8)
+    host.hold(0, 32 * MIB)
     pooled = host.reserved(0)
-    del block
+    host.release(0, 32 * MIB)
     assert host.reserved(0) >= pooled  # the caching allocator keeps its blocks
-    assert pooled % (2 * MIB) == 0
+    assert pooled % (2 * MIB) == 0 and pooled >= 32 * MIB
+    assert host.peak(0) >= 32 * MIB  # and the peak remembers them until a reset
     host.empty_cache()
     assert host.reserved(0) < pooled
 
