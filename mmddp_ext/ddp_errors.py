@@ -77,10 +77,7 @@ def unused_lines(records: List[Dict], world: Optional[int]) -> List[str]:
         idx = [int(i) for i in m.group('indices').split()] if m else []
         named[r.get('rank')] = tuple(_name_of(r, i) for i in idx)
     lines = [f'DDP error on {_who(named, world)}: parameters that received no gradient']
-    groups = group_ranks(named)
-    for names, ranks in groups:
-        where = '' if len(groups) == 1 else f'{ranks_text(ranks)}: '
-        lines.append(f'  {where}{_names(names) if names else "(torch did not list them)"}')
+    lines += _names_by_rank(named, '(torch did not list them)')
     lines += [
         '  cause: these parameters took no part in the loss, and DDP waits for a gradient of '
         'every parameter before it can start the next iteration',
@@ -88,6 +85,16 @@ def unused_lines(records: List[Dict], world: Optional[int]) -> List[str]:
         f'let DDP find unused parameters: {FIND_UNUSED_FIX}'
     ]
     return lines
+
+
+def _names_by_rank(named: Dict, missing: str) -> List[str]:
+    """One line of parameter names per group of ranks that named the same (no rank prefix when
+    every rank agrees); ``missing`` where torch named none."""
+    groups = group_ranks(named)
+    return [
+        f'  {"" if len(groups) == 1 else ranks_text(ranks) + ": "}'
+        f'{_names(names) if names else missing}' for names, ranks in groups
+    ]
 
 
 def ready_twice_lines(records: List[Dict], world: Optional[int]) -> List[str]:
@@ -103,10 +110,7 @@ def ready_twice_lines(records: List[Dict], world: Optional[int]) -> List[str]:
         f'DDP error on {_who(named, world)}: a parameter got its gradient twice in one '
         'iteration (DDP reduces each gradient once)'
     ]
-    groups = group_ranks(named)
-    for names, ranks in groups:
-        where = '' if len(groups) == 1 else f'{ranks_text(ranks)}: '
-        lines.append(f'  {where}{_names(names) if names else "(torch did not name it)"}')
+    lines += _names_by_rank(named, '(torch did not name it)')
     lines += [
         '  cause: a module used in several backward passes of one iteration: activation '
         'checkpointing with use_reentrant=True, a module shared by several checkpointed '
