@@ -16,11 +16,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .dist.env import DistEnv
 from .dist.wrapper import ddp_wrapper_cfg
-from .gpu import gpus, rank_device
+from .gpu import gpus, physical, rank_device
 from .memory.budget import Budget
 from .memory.forecast import (Cause, Forecast, ForecastError, build_forecast, fit_line, parse_size,
                               render_forecast, trial_batches)
-from .memory.nvml import NvmlProcessTableReader, physical_device_index
+from .memory.nvml import NvmlProcessTableReader
 from .runner.batch_finder import reserve_bytes
 from .runner.ddp_runner import plans
 from .runner.trials import measure_steps
@@ -106,13 +106,12 @@ def _stray(device: Any, ranks_per_node: int) -> Cause:
         return Cause('stray_contexts', 0.0, False, 'no GPU: no CUDA contexts to stray')
     if not NvmlProcessTableReader.available():
         return Cause('stray_contexts', 0.0, True, 'not measured: NVML is not available')
-    visible = os.environ.get('CUDA_VISIBLE_DEVICES')
     count = min(ranks_per_node, gpus().count())
     per_rank, seen_self = [], False
     gpus().empty_cache()
     with NvmlProcessTableReader() as reader:
         for local in range(count):
-            table = reader.read(physical_device_index(local, visible))
+            table = reader.read(physical(local))
             seen_self |= any(p.pid == os.getpid() for p in table.processes)
             per_rank.append(
                 sum(p.used_bytes or 0 for p in table.processes if p.pid != os.getpid()) / MIB)
