@@ -2,8 +2,9 @@
 
 :class:`IterationClock` times this rank's iterations locally (no collective);
 :class:`~mmddp_ext.hooks.RankMemoryHook` sends its medians with the memory sample it gathers
-anyway, and :func:`find_straggler` (pure) names a rank that is consistently slower than the
-others, and why. In synchronous data parallel training every rank waits for the slowest in
+anyway; :func:`find_straggler` (pure) names the rank that is slower than the others in one
+such sample, and why, and :class:`StragglerWatch` warns only when the same rank is found slow
+for the same reason in ``patience`` samples in a row (one noisy interval names nobody). In synchronous data parallel training every rank waits for the slowest in
 the gradient all-reduce, so the *iteration* times of all ranks are about equal; what tells the
 slow rank apart is the part of the iteration it spends alone: the time waiting for its next
 batch (data: the loader) and the forward pass (compute). The forward pass is timed on the host:
@@ -117,6 +118,50 @@ def check_factor(factor: Any) -> float:
                          '(how many times slower than the other ranks a rank may be before it '
                          'is named), e.g. straggler_factor=1.5, or None to switch it off')
     return float(factor)
+
+
+def check_patience(patience: Any) -> int:
+    """``straggler_patience`` validated: a positive int."""
+    if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+        raise ValueError(f'RankMemoryHook straggler_patience={patience!r} must be a positive '
+                         'integer (how many samples in a row must find the same rank slow '
+                         'before it is named), e.g. straggler_patience=3')
+    return patience
+
+
+class StragglerWatch:
+    """Names a straggler once it is found in ``patience`` samples in a row.
+
+    Each call of :meth:`see` takes one gathered sample (every rank's medians over one interval);
+    a rank that :func:`find_straggler` finds slow for the same part in ``patience`` consecutive
+    samples is returned once (each (rank, part) once per run); a sample that finds another rank,
+    another part or nobody starts the count again.
+
+    Args:
+        factor: as in :func:`find_straggler`; patience: consecutive samples (positive int).
+    """
+
+    def __init__(self, factor: float, patience: int) -> None:
+        self.factor, self.patience = factor, patience
+        self._streak: Optional[tuple] = None
+        self._count = 0
+        self._named: set = set()
+
+    def see(self, samples: Sequence[Mapping[str, Any]]) -> Optional[Straggler]:
+        """The straggler to warn about now, or None."""
+        found = find_straggler(samples, self.factor)
+        key = None if found is None else (found.rank, found.part)
+        self._count = self._count + 1 if key is not None and key == self._streak else int(
+            key is not None)
+        self._streak = key
+        if key is None or self._count < self.patience or key in self._named:
+            return None
+        self._named.add(key)
+        if self.patience == 1:
+            return found
+        return Straggler(found.rank, found.host, found.part, found.seconds, found.others,
+                         found.iter_time, f'{found.message} (slow in {self._count} samples '
+                         'in a row)')
 
 
 def find_straggler(samples: Sequence[Mapping[str, Any]], factor: float,

@@ -13,7 +13,8 @@ from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
-from ..dist.stragglers import IterationClock, check_factor, find_straggler, plot_speed
+from ..dist.stragglers import (IterationClock, StragglerWatch, check_factor, check_patience,
+                               plot_speed)
 from ..gpu import physical, rank_device
 from ..memory.stats import MemoryReader, MemorySample
 from ..memory.stray import DeviceTable, GpuProcess, RankIdentity, find_stray
@@ -61,8 +62,8 @@ class RankMemoryHook(Hook):
     Each rank's median iteration, data and forward times over the interval
     (:class:`~mmddp_ext.dist.stragglers.IterationClock`) ride along in the same sample and
     JSONL line (``iter_time_s``, ``data_time_s``, ``forward_time_s``); a rank whose data or
-    forward time exceeds the others' by ``straggler_factor`` is named in a warning
-    (:func:`~mmddp_ext.dist.stragglers.find_straggler`), and ``speed.png`` beside
+    forward time exceeds the others' by ``straggler_factor`` in ``straggler_patience`` samples
+    in a row is named in a warning (:class:`~mmddp_ext.dist.stragglers.StragglerWatch`), and ``speed.png`` beside
     ``memory.png`` plots every rank's iteration and data time.
 
     The hook never resets torch's peak counters, which MMEngine's ``memory`` log field relies
@@ -77,6 +78,8 @@ class RankMemoryHook(Hook):
         plot: write the PNGs when training ends.
         straggler_factor: how many times the other ranks' median data or forward time a rank
             may take before it is named (a number above 1; None: no straggler check).
+        straggler_patience: in how many samples in a row (positive int; with the default
+            interval, 3 samples are 150 iterations).
 
     Example::
 
@@ -86,12 +89,15 @@ class RankMemoryHook(Hook):
     priority = 'NORMAL'
 
     def __init__(self, interval: int = 50, stray_check: bool = True, plot: bool = True,
-                 straggler_factor: Optional[float] = 1.5) -> None:
+                 straggler_factor: Optional[float] = 1.5, straggler_patience: int = 3) -> None:
         self.interval = positive_int('RankMemoryHook interval', interval, 'a positive integer',
                                      ' (iterations between samples), e.g. interval=50')
         self.stray_check = stray_check
         self.plot = plot
         self.straggler_factor = check_factor(straggler_factor)
+        self.straggler_patience = check_patience(straggler_patience)
+        self._speed = (StragglerWatch(self.straggler_factor, self.straggler_patience)
+                       if self.straggler_factor else None)
         self.clock = IterationClock()
         self.reader: Optional[MemoryReader] = None
         self.baseline: Optional[MemorySample] = None
@@ -186,9 +192,8 @@ class RankMemoryHook(Hook):
                 runner.logger.warning(f'[mmddp_ext memory] {finding.message}')
 
     def _check_speed(self, runner, gathered: List[Dict]) -> None:
-        found = find_straggler(gathered, self.straggler_factor) if self.straggler_factor else None
-        if found is not None and (found.rank, found.part) not in self._reported:
-            self._reported.add((found.rank, found.part))
+        found = self._speed.see(gathered) if self._speed is not None else None
+        if found is not None:
             self.findings.append(found.message)
             runner.logger.warning(f'[mmddp_ext speed] {found.message}')
 

@@ -3,7 +3,8 @@ import os.path as osp
 
 import pytest
 
-from mmddp_ext.dist.stragglers import IterationClock, check_factor, find_straggler, plot_speed
+from mmddp_ext.dist.stragglers import (IterationClock, StragglerWatch, check_factor,
+                                       check_patience, find_straggler, plot_speed)
 from mmddp_ext.hooks.memory_hook import RankMemoryHook
 
 
@@ -127,6 +128,46 @@ def test_factor_is_checked(bad):
         check_factor(bad)
     with pytest.raises(ValueError, match='straggler_factor'):
         RankMemoryHook(straggler_factor=bad)
+
+
+def _slow(rank, part='data'):
+    ranks = [_rank(r) for r in range(4)]
+    ranks[rank] = _rank(rank, data=0.30) if part == 'data' else _rank(rank, fwd=0.30)
+    return ranks
+
+
+def test_watch_names_a_rank_only_after_patience_samples_in_a_row():
+    watch = StragglerWatch(1.5, 3)
+    assert watch.see(_slow(1)) is None
+    assert watch.see(_slow(1)) is None
+    found = watch.see(_slow(1))
+    assert (found.rank, found.part) == (1, 'data')
+    assert found.message.endswith('(slow in 3 samples in a row)')
+    assert watch.see(_slow(1)) is None  # named once
+
+
+def test_watch_starts_again_when_a_sample_finds_another_rank_part_or_nobody():
+    healthy = [_rank(r) for r in range(4)]
+    for interruption in (healthy, _slow(2), _slow(1, 'compute')):
+        watch = StragglerWatch(1.5, 2)
+        assert watch.see(_slow(1)) is None
+        assert watch.see(interruption) is None
+        assert watch.see(_slow(1)) is None
+        assert watch.see(_slow(1)).rank == 1
+
+
+def test_watch_with_patience_1_names_at_the_first_sample():
+    found = StragglerWatch(1.5, 1).see(_slow(3, 'compute'))
+    assert (found.rank, found.part) == (3, 'compute')
+    assert 'in a row' not in found.message
+
+
+@pytest.mark.parametrize('bad', [0, -1, 2.0, True, '3'])
+def test_patience_is_checked(bad):
+    with pytest.raises(ValueError, match=f'straggler_patience={bad!r} must be a positive'):
+        check_patience(bad)
+    with pytest.raises(ValueError, match='straggler_patience'):
+        RankMemoryHook(straggler_patience=bad)
 
 
 def test_factor_none_switches_it_off():
