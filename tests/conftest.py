@@ -1,11 +1,14 @@
-"""Shared fixtures: the repository root, a small demo dataset, and a subprocess runner."""
+"""Shared fixtures: the repository root, a small demo dataset, a subprocess runner, and real
+runs made once per test session (:func:`once`) for the tests that only read their outputs."""
 import os
 import os.path as osp
+import shutil
 import subprocess
 import sys
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import pytest
+from filelock import FileLock
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DEMO_CONFIG = osp.join(ROOT, 'configs', 'demo', 'td-hm_res18_1xb32-30e_demo-64x64.py')
@@ -13,11 +16,82 @@ DEMO_CONFIG = osp.join(ROOT, 'configs', 'demo', 'td-hm_res18_1xb32-30e_demo-64x6
 
 @pytest.fixture(scope='session')
 def demo_data(tmp_path_factory) -> str:
-    """A small demo dataset (64 train / 16 val images), shared by the training tests."""
+    """A small demo dataset (64 train / 16 val images), shared by the training tests (one copy
+    for all workers, read only)."""
     from mmddp_ext.demo import make_demo_dataset
-    out = str(tmp_path_factory.mktemp('demo_coco'))
-    make_demo_dataset(out, num_train=64, num_val=16, size=96, seed=0)
-    return out
+    return once(tmp_path_factory, 'demo_coco',
+                lambda out: make_demo_dataset(out, num_train=64, num_val=16, size=96, seed=0))
+
+
+def once(tmp_path_factory, name: str, build: Callable[[str], None]) -> str:
+    """A folder that ``build(folder)`` fills once per test session, across pytest-xdist's
+    workers too: the first worker to ask builds it under a file lock, the others wait for the
+    lock and read what it left. A build that raised leaves no ``.done`` mark, so the next
+    asker builds again (and fails the same way, with its own traceback). Tests that write into
+    the folder take a :func:`copy_of` it instead."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get('PYTEST_XDIST_WORKER'):
+        root = root.parent  # shared by the workers of this session
+    folder = osp.join(str(root), f'once_{name}')
+    with FileLock(folder + '.lock'):
+        if not osp.exists(osp.join(folder, '.done')):
+            shutil.rmtree(folder, ignore_errors=True)
+            os.makedirs(folder)
+            build(folder)
+            open(osp.join(folder, '.done'), 'w').close()
+    return folder
+
+
+def copy_of(folder: str, tmp_path) -> str:
+    """A private copy of a :func:`once` folder, for a test that changes what is in it."""
+    dest = osp.join(str(tmp_path), osp.basename(folder))
+    shutil.copytree(folder, dest, symlinks=True)
+    return dest
+
+
+class HealthyRun:
+    """What the shared healthy run left: ``returncode``, ``out`` (stdout and stderr), ``work``
+    (its work dir), ``records`` (RankRecordHook's folder), ``seen`` (``{(pid, ip)}`` of its
+    listening sockets) and ``hostname`` (True when it ran under a host name that resolves beyond
+    loopback; else ``why_not``)."""
+
+    def __init__(self, folder: str) -> None:
+        import json
+        with open(osp.join(folder, 'run.json')) as f:
+            got = json.load(f)
+        self.returncode, self.out, self.hostname = got['rc'], got['out'], got['hostname']
+        self.why_not, self.seen = got['why_not'], {tuple(s) for s in got['seen']}
+        self.work, self.records = osp.join(folder, 'w'), osp.join(folder, 'rec')
+
+
+@pytest.fixture(scope='session')
+def healthy_run(demo_data, tmp_path_factory) -> HealthyRun:
+    """One healthy 2-process ``dist_train.sh`` run of the demo (1 epoch, 2 iterations), made
+    once for the tests that read it: RankRecordHook and RankMemoryHook(interval=1), ``--resume``
+    on an empty work dir, under a host name that resolves to a non-loopback address where the
+    machine allows it (``listening.other_hostname_prefix``), its listening sockets read at every
+    line it printed."""
+    import json
+
+    from listening import finish_watching_sockets, other_hostname_prefix
+
+    def build(folder: str) -> None:
+        prefix, why_not = other_hostname_prefix(folder)
+        cfg = demo_with_hooks(
+            folder, f"dict(type='RankRecordHook', out_dir={osp.join(folder, 'rec')!r}), "
+            "dict(type='RankMemoryHook', interval=1)", ['rank_record_hook'], 'healthy.py')
+        proc = popen((prefix or []) + [
+            'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
+            osp.join(folder, 'w'), '--resume', *demo_options(demo_data, 1)
+        ])
+        [(rc, out)], seen = finish_watching_sockets([proc])
+        with open(osp.join(folder, 'run.json'), 'w') as f:
+            json.dump(
+                dict(rc=rc, out=out, seen=sorted(seen), hostname=bool(prefix), why_not=why_not), f)
+
+    run_ = HealthyRun(once(tmp_path_factory, 'healthy_run', build))
+    check_ok(run_)
+    return run_
 
 
 def demo_options(data_root: str, max_epochs: int = 2, **extra: str) -> List[str]:
@@ -76,10 +150,12 @@ def _wait(proc: subprocess.Popen, timeout: float):
     return proc.returncode, out
 
 
-def check_ok(proc: subprocess.CompletedProcess) -> str:
-    """Assert a zero exit; on failure show the tail of the output."""
-    assert proc.returncode == 0, f'exit {proc.returncode}; output tail:\n{proc.stdout[-6000:]}'
-    return proc.stdout
+def check_ok(proc) -> str:
+    """Assert a zero exit of a finished process (``returncode`` and ``stdout``, or ``out``);
+    on failure show the tail of the output."""
+    out = proc.out if hasattr(proc, 'out') else proc.stdout
+    assert proc.returncode == 0, f'exit {proc.returncode}; output tail:\n{out[-6000:]}'
+    return out
 
 
 PYTHON = sys.executable
@@ -147,3 +223,10 @@ def recipe_expectation(config: str, world: int) -> dict:
                 global_batch_size=global_batch, base_batch_size=w['base'],
                 lr_scale=global_batch / w['base'], lrs=[w['lr'] * global_batch / w['base']],
                 iter_scale=global_batch / (per_device * world))
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The real trainings (``slow``) first, the rest after them, each in file order: with
+    ``-n 2 --dist worksteal`` the long runs start early and the short tests fill the gaps at
+    the end, instead of one long run starting last while the other worker is idle."""
+    items.sort(key=lambda item: item.get_closest_marker('slow') is None)

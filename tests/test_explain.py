@@ -9,6 +9,7 @@ import json
 import pytest
 
 from mmddp_ext.explain import JSON_KEYS
+from mmddp_ext.train import main
 from mmddp_ext.utils.config import resolve_config_path
 
 from conftest import DEMO_CONFIG, PYTHON, check_ok, recipe_expectation, run, written_recipe
@@ -17,10 +18,19 @@ POSE = 'mmpose::body_2d_keypoint/topdown_heatmap/coco/td-hm_hrnet-w32_8xb64-210e
 DET = 'mmdet::faster_rcnn/faster-rcnn_r50-caffe_fpn_ms-90k_coco.py'
 
 
-def _explain(config, *extra, env=None):
-    out = check_ok(
-        run([PYTHON, 'tools/dist_train.py', config, '--explain', '--json', *extra], env=env))
-    return json.loads(out.strip().splitlines()[-1])
+@pytest.fixture
+def explain(capsys):
+    """``--explain --json`` in-process (``mmddp_ext.train.main``, as ``tools/dist_train.py``
+    calls it): the JSON it printed. The script itself is run by the tests under
+    ``tests/e2e``."""
+
+    def call(config, *extra):
+        code = main([config, '--explain', '--json', *extra])
+        captured = capsys.readouterr()
+        assert code == 0, captured.err[-3000:]
+        return json.loads(captured.out.strip().splitlines()[-1])
+
+    return call
 
 
 def _expected(config, world):
@@ -35,21 +45,15 @@ def _expected(config, world):
     return out
 
 
-def test_expectations_follow_the_worked_example():
-    """The derivation agrees with the worked example of the docs: 8xb64 on 1 GPU is 64 ×
-    accumulation 8, iterations × 8; on 16 GPUs 32 each."""
-    one, sixteen = _expected(POSE, 1), _expected(POSE, 16)
-    assert (one['per_device_batch_size'], one['accumulative_counts'], one['iter_scale']) == \
-        (64, 8, 8.0)
-    assert (sixteen['per_device_batch_size'], sixteen['accumulative_counts']) == (32, 1)
-    assert _expected(DET, 1)['max_iters'] == 8 * written_recipe(DET)['cfg'].train_cfg.max_iters
+# The rules of _expected against the docs' worked example: tests/scaling/test_apply.py
+# (test_the_worked_example_of_the_docs).
 
 
 @pytest.mark.parametrize('config, world', [(POSE, 1), (POSE, 2), (POSE, 16), (DET, 1), (DET, 2),
                                            (DET, 16)])
-def test_explain_json_on_installed_configs(config, world):
+def test_explain_json_on_installed_configs(explain, config, world):
     # the installed file path, as the issue asks; pkg::path is covered below
-    info = _explain(resolve_config_path(config), '--world-size', str(world))
+    info = explain(resolve_config_path(config), '--world-size', str(world))
     assert set(JSON_KEYS) <= set(info)
     assert info['world_size'] == world
     for key, value in _expected(config, world).items():
@@ -64,10 +68,10 @@ def test_explain_json_on_installed_configs(config, world):
     assert any("runner_type is not set" in w for w in info['warnings'])
 
 
-def test_explain_accepts_pkg_path_and_cfg_options():
+def test_explain_accepts_pkg_path_and_cfg_options(explain):
     # a scaling block needs a runner that applies it (--explain refuses it otherwise)
-    info = _explain(POSE, '--world-size', '2', '--cfg-options', 'runner_type=DDPRunner',
-                    'scaling.lr_rule=sqrt', 'scaling.global_batch_size=256')
+    info = explain(POSE, '--world-size', '2', '--cfg-options', 'runner_type=DDPRunner',
+                   'scaling.lr_rule=sqrt', 'scaling.global_batch_size=256')
     w = written_recipe(POSE)
     assert info['global_batch_size'] == 256 and info['lr_rule'] == 'sqrt'
     assert info['lr_scale'] == pytest.approx((256 / w['base'])**0.5)
@@ -75,10 +79,11 @@ def test_explain_accepts_pkg_path_and_cfg_options():
     assert (w['base'], w['lr']) == (512, 5e-4)
 
 
-def test_explain_world_size_from_the_environment():
-    info = _explain(
-        DEMO_CONFIG, env=dict(RANK='0', WORLD_SIZE='4', MASTER_ADDR='127.0.0.1',
-                              MASTER_PORT='29500'))
+def test_explain_world_size_from_the_environment(explain, monkeypatch):
+    for name, value in dict(RANK='0', WORLD_SIZE='4', MASTER_ADDR='127.0.0.1',
+                            MASTER_PORT='29500').items():
+        monkeypatch.setenv(name, value)
+    info = explain(DEMO_CONFIG)
     assert info['world_size'] == 4 and info['per_device_batch_size'] == 8  # 1xb32: 32 / 4
     expect = recipe_expectation(DEMO_CONFIG, 4)
     assert info['per_device_batch_size'] == expect['per_device_batch_size']
@@ -86,6 +91,8 @@ def test_explain_world_size_from_the_environment():
 
 
 def test_explain_readable_and_errors():
+    """Through the script, as a user types it: the readable plan, and a refusal as one line
+    with exit 1."""
     out = check_ok(
         run([PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--explain', '--world-size', '2']))
     assert 'per-GPU batch 16 × 2 GPUs × accumulation 1 = global 32' in out
@@ -96,8 +103,8 @@ def test_explain_readable_and_errors():
     assert 'Traceback' not in bad.stdout
 
 
-def test_auto_scale_lr_flag_keeps_mmengine_per_device_semantics():
-    info = _explain(POSE, '--world-size', '2', '--auto-scale-lr')
+def test_auto_scale_lr_flag_keeps_mmengine_per_device_semantics(explain):
+    info = explain(POSE, '--world-size', '2', '--auto-scale-lr')
     w = written_recipe(POSE)
     assert info['mode'] == 'per_device'
     # MMEngine's semantics: the written per-device batch on each of 2, its linear LR rule

@@ -36,7 +36,10 @@ def main() -> None:
     else:
         from mmddp_ext.demo import make_demo_det_dataset as make
     t0 = time.time()
-    files = make(out, num_train=n_train, num_val=n_val, size=args.size, seed=args.seed)
+    try:
+        files = make(out, num_train=n_train, num_val=n_val, size=args.size, seed=args.seed)
+    except ValueError as e:  # a bad value, named by the library: one line, exit 2
+        p.error(str(e))
     print(f'wrote {n_train} train + {n_val} val {args.task} images of {args.size}x{args.size} '
           f'to {out} in {time.time() - t0:.1f} s; annotations: {files["train"]}, '
           f'{files["val"]}')

@@ -1,21 +1,17 @@
 """The coloured-shapes detection data and the MMDetection example config that trains on it."""
 import glob
 import hashlib
-import json
-import math
-import os
 import os.path as osp
 import re
 
 import cv2
 import numpy as np
 import pytest
-import torch
 from pycocotools.coco import COCO
 
 from mmddp_ext.demo import CLASSES, make_demo_det_dataset
 
-from conftest import ROOT, check_ok, demo_options, run
+from conftest import ROOT
 
 DET_CONFIG = osp.join(ROOT, 'configs', 'examples', 'mmdet',
                       'retinanet_r18_fpn_1xb4-12e_demo-det-128.py')
@@ -112,39 +108,6 @@ def test_config_matches_its_name_and_the_data():
     assert cfg.val_evaluator.type == 'CocoMetric' and cfg.val_evaluator.metric == 'bbox'
 
 
-@pytest.mark.slow
-def test_trains_on_two_processes_with_the_plan_applied(det_data, tmp_path):
-    work_dir = str(tmp_path / 'work')
-    world = 2
-    out = check_ok(
-        run([
-            'bash', 'tools/dist_train.sh', DET_CONFIG,
-            str(world), '--work-dir', work_dir, *demo_options(det_data, 1)
-        ]))
-    assert 'per-GPU batch 2 × 2 GPUs × accumulation 1 = global 4 (the config was tuned for 4)' \
-        in out
-    # The plan really drove the data loading: the global batch of the name (1xb4) is kept, so
-    # each rank loads global / world per iteration and an epoch of the training images takes
-    # images / global iterations (MMEngine's own per-device semantics would take half as many).
-    n, m = (int(x) for x in re.search(r'_(\d+)xb(\d+)-', osp.basename(DET_CONFIG)).groups())
-    global_batch = n * m
-    images = len(json.load(open(osp.join(det_data, 'annotations', 'train.json')))['images'])
-    per_rank = math.ceil(images / world)
-    iters = math.ceil(per_rank / (global_batch // world))
-    assert iters == math.ceil(images / global_batch) == 6  # 24 images, global 4
-    logged = [(int(i), int(total))
-              for i, total in re.findall(r'Epoch\(train\)\s*\[1\]\[\s*(\d+)/(\d+)\]', out)]
-    assert logged and {total for _, total in logged} == {iters}, logged
-    assert max(i for i, _ in logged) == iters
-    ckpt = torch.load(osp.join(work_dir, 'epoch_1.pth'), map_location='cpu', weights_only=False)
-    assert ckpt['meta']['iter'] == iters and ckpt['meta']['epoch'] == 1
-    assert ckpt['meta']['scaling_plan']['world_size'] == world
-    assert ckpt['meta']['scaling_plan']['global_batch_size'] == global_batch
-    [scalars] = glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json'))
-    records = [r for r in map(json.loads, open(scalars)) if 'loss' in r]
-    losses = [r['loss'] for r in records]
-    assert losses and all(math.isfinite(v) for v in losses)
-    assert len(records) == iters  # logger interval 1
-    assert osp.isfile(osp.join(work_dir, 'epoch_1.pth'))
-    assert 'coco/bbox_mAP' in out
-    assert not os.path.exists(osp.join(work_dir, 'failures'))
+# Training this config on 2 processes, with the plan applied to the data loading:
+# tests/e2e/test_mmdet_entry.py (test_mmdet_dist_train_sh_on_cpu, through MMDetection's own
+# dist_train.sh).

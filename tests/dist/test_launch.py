@@ -5,13 +5,13 @@ import math
 import os
 import os.path as osp
 import re
-import time
 
 import pytest
+from listening import finish_watching_sockets, other_hostname_prefix
 
 from mmddp_ext.dist.launch import find_free_port
 
-from conftest import (DEMO_CONFIG, PYTHON, check_ok, demo_options, finish, popen, read_records,
+from conftest import (DEMO_CONFIG, PYTHON, demo_options, finish, popen, read_records,
                       recording_config, run)
 
 pytestmark = pytest.mark.slow
@@ -56,21 +56,15 @@ def _assert_disjoint_and_complete(records, world, data_root):
     assert digests != {r['param_digest_before'] for r in records.values()}
 
 
-def test_dist_train_sh_two_processes(demo_data, tmp_path):
-    rec = str(tmp_path / 'rec')
-    out = check_ok(
-        run([
-            'bash', 'tools/dist_train.sh',
-            recording_config(tmp_path, rec), '2', '--work-dir',
-            str(tmp_path / 'w'), *demo_options(demo_data, 1)
-        ]))
-    records = read_records(rec)
+def test_dist_train_sh_two_processes(healthy_run, demo_data):
+    """The shared healthy run (``conftest.healthy_run``): ``dist_train.sh CFG 2``."""
+    records = read_records(healthy_run.records)
     for rank, r in records.items():
         assert r['dist_world'] == 2
         assert r['env']['RANK'] == r['env']['LOCAL_RANK'] == str(rank)
     _assert_disjoint_and_complete(records, 2, demo_data)
-    assert 'process group: gloo' in out and 'RANK 0 of WORLD_SIZE 2' in out
-    assert osp.isfile(tmp_path / 'w' / 'epoch_1.pth')
+    assert 'process group: gloo' in healthy_run.out and 'RANK 0 of WORLD_SIZE 2' in healthy_run.out
+    assert osp.isfile(osp.join(healthy_run.work, 'epoch_1.pth'))
 
 
 def test_two_jobs_at_once_on_one_machine(demo_data, tmp_path):
@@ -87,21 +81,43 @@ def test_two_jobs_at_once_on_one_machine(demo_data, tmp_path):
         assert osp.isfile(tmp_path / f'job{i}' / 'epoch_1.pth')
 
 
-def test_manual_env_launch_without_local_rank(demo_data, tmp_path):
+@pytest.fixture(scope='module')
+def hostname_prefix(tmp_path_factory):
+    """A command prefix under which the host name resolves beyond loopback, where the machine
+    allows it (``listening.other_hostname_prefix``); else none: the job then listens on
+    loopback by default, and the check of that is weaker."""
+    prefix, _ = other_hostname_prefix(str(tmp_path_factory.mktemp('hosts')))
+    return prefix or []
+
+
+def _assert_loopback_only(seen, outs):
+    for rc, out in outs:
+        assert rc == 0, out[-4000:]
+    # the store's process and the workers (gloo listens in each): more than one process
+    assert len({pid for pid, _ in seen}) >= 2, f'too few processes seen listening: {seen}'
+    assert {ip for _, ip in seen} <= {'127.0.0.1'}, f'listening beyond loopback: {seen}'
+
+
+def test_manual_env_launch_without_local_rank(hostname_prefix, demo_data, tmp_path):
+    """Two processes with hand-set RANK/WORLD_SIZE/MASTER_* (no LOCAL_RANK, no thread count):
+    they derive the rest, share the cores, read disjoint halves of the data, and listen on
+    loopback only (rank 0 logs the interface once)."""
     rec = str(tmp_path / 'rec')
     cfg = recording_config(tmp_path, rec)
     port = str(find_free_port())
     procs = [
-        popen([
-            PYTHON, 'tools/dist_train.py', cfg, '--work-dir',
-            str(tmp_path / 'w'), *demo_options(demo_data, 1)
-        ], env=dict(
-            RANK=str(r), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=port,
-            OMP_NUM_THREADS='')) for r in range(2)
+        popen(
+            hostname_prefix + [
+                PYTHON, 'tools/dist_train.py', cfg, '--work-dir',
+                str(tmp_path / 'w'), *demo_options(demo_data, 1)
+            ], env=dict(
+                RANK=str(r), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=port,
+                OMP_NUM_THREADS='')) for r in range(2)
     ]
-    results = finish(procs)
-    for rc, out in results:
-        assert rc == 0, out[-4000:]
+    results, seen = finish_watching_sockets(procs)
+    _assert_loopback_only(seen, results)
+    assert results[0][1].count('single-host job: GLOO_SOCKET_IFNAME=') == 1  # rank 0 only
+    assert 'single-host job' not in results[1][1]
     # no thread count chosen: the cores are shared, as torchrun would (not one per core);
     # rank 0 logs it (MMEngine shows only errors of the other ranks)
     m = re.search(r'threads per process: (\d+) \((\d+) cores shared by 2 processes', results[0][1])
@@ -114,16 +130,18 @@ def test_manual_env_launch_without_local_rank(demo_data, tmp_path):
 
 
 def test_two_nodes_of_two_processes_on_loopback(demo_data, tmp_path):
+    """``NNODES=2 NODE_RANK=n MASTER_ADDR=... PORT=... dist_train.sh CFG 2`` on each "node"
+    (two agents on loopback): 4 ranks, world size = nodes × processes, rank = node × 2 + local
+    rank, the data split four ways, and both nodes train to the end."""
     rec = str(tmp_path / 'rec')
     cfg = recording_config(tmp_path, rec)
     port = str(find_free_port())
     procs = [
         popen([
-            PYTHON, '-m', 'torch.distributed.run', '--nnodes=2', f'--node_rank={n}',
-            '--nproc_per_node=2', '--master_addr=127.0.0.1', f'--master_port={port}',
-            'tools/dist_train.py', cfg, '--work-dir',
+            'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
             str(tmp_path / 'w'), *demo_options(demo_data, 1)
-        ]) for n in range(2)
+        ], env=dict(NNODES='2', NODE_RANK=str(n), MASTER_ADDR='127.0.0.1', PORT=port))
+        for n in range(2)
     ]
     for rc, out in finish(procs):
         assert rc == 0, out[-4000:]
@@ -137,59 +155,51 @@ def test_two_nodes_of_two_processes_on_loopback(demo_data, tmp_path):
     _assert_disjoint_and_complete(records, 4, demo_data)
 
 
-def test_launch_api(demo_data, tmp_path):
+def test_launch_api(hostname_prefix, demo_data, tmp_path):
+    """``mmddp_ext.launch()`` from Python, given a Config object: every worker returns 0, the
+    caller's environment is as it was, the data is split, and the job listens on loopback
+    only."""
     work = str(tmp_path / 'w')
     rec = str(tmp_path / 'rec')
-    code = ('import mmddp_ext, sys; '
-            f'r = mmddp_ext.launch({recording_config(tmp_path, rec)!r}, nproc_per_node=2, '
-            f'args=["--work-dir", {work!r}, *sys.argv[1:]]); print("RESULT", r)')
-    out = check_ok(run([PYTHON, '-c', code, *demo_options(demo_data, 1)]))
-    result = out[out.rindex('RESULT ') + len('RESULT '):].splitlines()[0]
+    # an mmengine.Config object, as the docstring allows (dumped to a file for the workers)
+    code = ('import os, sys, mmddp_ext; from mmengine import Config; '
+            f'cfg = Config.fromfile({recording_config(tmp_path, rec)!r}); '
+            'r = mmddp_ext.launch(cfg, nproc_per_node=2, '
+            f'args=["--work-dir", {work!r}, *sys.argv[1:]]); '
+            'print("RESULT", r, "|", "GLOO_SOCKET_IFNAME" in os.environ)')
+    results, seen = finish_watching_sockets(
+        [popen(hostname_prefix + [PYTHON, '-c', code, *demo_options(demo_data, 1)])])
+    _assert_loopback_only(seen, results)
+    out = results[0][1]
+    result, env_changed = out[out.rindex('RESULT ') + len('RESULT '):].splitlines()[0].split(' | ')
     assert ast.literal_eval(result) == {0: 0, 1: 0}  # {local rank: return value}, any order
+    assert env_changed == 'False'
     assert osp.isfile(osp.join(work, 'epoch_1.pth'))
     _assert_disjoint_and_complete(read_records(rec), 2, demo_data)
 
 
 def test_failing_worker_is_named_in_the_last_lines(demo_data, tmp_path):
+    """Both ranks raise (a missing annotation file): the last lines name both and the error,
+    torchrun's report is not "<N/A>", the JSON launcher report points at the error file the
+    worker's @record wrote, and dist_train.sh removes its temporary folder."""
+    report, tmp = str(tmp_path / 'launch.json'), tmp_path / 'tmp'
+    tmp.mkdir()
     proc = run([
         'bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir',
-        str(tmp_path), *demo_options(
+        str(tmp_path / 'w'), *demo_options(
             demo_data, 1, **{'train_dataloader.dataset.ann_file': 'annotations/nope.json'})
-    ])
-    assert proc.returncode != 0
+    ], env=dict(MMDDP_LAUNCH_REPORT=report, TMPDIR=str(tmp)))
+    assert proc.returncode == 1
     tail = '\n'.join(proc.stdout.strip().splitlines()[-8:])
     assert 'ranks 0, 1' in tail  # both raised the same: no rank is called the first
     assert 'AssertionError: Annotation file' in tail and 'nope.json' in tail  # mmpose's check
     assert 'full traceback:' in tail and 'failures/rank' in tail
     assert 'error_file: <N/A>' not in proc.stdout  # @record gave torchrun the error file
-
-
-def _listening(root_pid):
-    import psutil
-    try:
-        procs = [psutil.Process(root_pid)] + psutil.Process(root_pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return set()
-    found = set()
-    for p in procs:
-        try:
-            found |= {c.laddr.ip for c in p.net_connections('inet') if c.status == 'LISTEN'}
-        except psutil.Error:
-            pass
-    return found
-
-
-def test_single_node_job_listens_on_loopback_only(demo_data, tmp_path):
-    """Every listening socket of a running dist_train.sh job is on 127.0.0.1."""
-    proc = popen([
-        'bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir',
-        str(tmp_path / 'w'), *demo_options(demo_data, 2)
-    ])
-    seen, deadline = set(), time.monotonic() + 120
-    while proc.poll() is None and time.monotonic() < deadline:
-        seen |= _listening(proc.pid)
-        time.sleep(0.5)
-    out, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, out[-3000:]
-    assert seen, 'the job was never seen listening'
-    assert seen <= {'127.0.0.1'}, f'listening beyond loopback: {sorted(seen)}'
+    records = json.load(open(report))
+    first = records[0]  # the other rank raised too, or was stopped by torchrun (SIGTERM)
+    assert first['exitcode'] == 1 and first['signal'] is None, records
+    with open(first['error_file']) as f:  # written by the worker's @record
+        assert 'nope.json' in f.read()
+    assert f'torchrun: rank {first["rank"]} (pid {first["pid"]}) exited with exit code 1' \
+        in proc.stdout
+    assert not list(tmp.glob('mmddp_launch.*'))  # dist_train.sh removed its temporary folder

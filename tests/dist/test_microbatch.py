@@ -13,7 +13,7 @@ from mmengine.optim import OptimWrapper
 
 from mmddp_ext.dist.microbatch import MicrobatchDDP
 
-from conftest import PYTHON, check_ok, run
+from conftest import PYTHON, check_ok, once, run
 
 
 class FitsUpTo(BaseModel):
@@ -127,14 +127,18 @@ EXPECTED = {
 
 @pytest.fixture(scope='module')
 def two_ranks(tmp_path_factory):
-    """``tests/helpers/microbatch_oom_ranks.py`` under torchrun, 2 gloo processes."""
-    out = str(tmp_path_factory.mktemp('mb_ranks'))
-    check_ok(
-        run([
-            PYTHON, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--standalone',
-            'tests/helpers/microbatch_oom_ranks.py', out,
-            json.dumps(SCENARIOS)
-        ], timeout=300))
+    """``tests/helpers/microbatch_oom_ranks.py`` under torchrun, 2 gloo processes, once for
+    the session."""
+
+    def build(out: str) -> None:
+        check_ok(
+            run([
+                PYTHON, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--standalone',
+                'tests/helpers/microbatch_oom_ranks.py', out,
+                json.dumps(SCENARIOS)
+            ], timeout=300))
+
+    out = once(tmp_path_factory, 'microbatch_ranks', build)
     return [json.load(open(osp.join(out, f'rank{r}.json'))) for r in (0, 1)]
 
 

@@ -4,17 +4,17 @@ front's helpers in-process are in ``test_run_front.py``.
 
 Waits are set short through MMDDP_RENDEZVOUS_TIMEOUT / MMDDP_RENDEZVOUS_LOG_EVERY; the
 ``timeout`` of each command only stops a test that would otherwise hang."""
+import glob
 import json
 import os
 import os.path as osp
 import re
-import shutil
 import socket
-import subprocess
 import time
 
 import psutil
 import pytest
+from listening import other_hostname_prefix
 
 from mmddp_ext.dist import run_front
 from mmddp_ext.dist.launch import find_free_port
@@ -30,6 +30,13 @@ TRAIN = [PYTHON, 'tools/dist_train.py']
 
 def _lines(out: str, prefix: str):
     return [ln for ln in out.splitlines() if ln.startswith(prefix)]
+
+
+def _nothing_left(out: str, work) -> None:
+    """The run stopped before its first training iteration and left no checkpoint."""
+    assert 'Epoch(train)' not in out and 'Iter(train)' not in out, out[-3000:]
+    assert not glob.glob(osp.join(str(work), '**', '*.pth'), recursive=True)
+    assert not glob.glob(osp.join(str(work), '**', '.*.part'), recursive=True)
 
 
 def _held_port():
@@ -82,6 +89,9 @@ def test_hand_set_rank_0_names_the_port_holder(tmp_path):
     [line] = _lines(out, '[mmddp_ext] error:')
     assert rc == 1 and f'MASTER_PORT={port} is already in use' in line
     assert f'by pid {os.getpid()} (' in line and 'choose a free port for every process' in line
+    suggested = int(line.rsplit('e.g. MASTER_PORT=', 1)[1].split()[0].rstrip('.,;)'))
+    assert suggested != port and 0 < suggested < 65536
+    _nothing_left(out, tmp_path)
 
 
 # ---------------------------------------------------------------- an unreachable master
@@ -147,69 +157,22 @@ def test_hand_set_ranks_say_what_they_wait_for(tmp_path, rank, pattern, error):
     assert rc == 1, out[-3000:]
     assert _waited(out, pattern.format(port=port)), out[-3000:]
     [line] = _lines(out, '[mmddp_ext] error:')
+    # it gave up after the configured wait, not torch's default of 30 minutes (or ours, 300 s)
     assert error.format(port=port, timeout=TIMEOUT) in line
+    _nothing_left(out, tmp_path)
 
 
 # ---------------------------------------------------------------- loopback means loopback
 
 
-def _non_loopback_address():
-    for addrs in psutil.net_if_addrs().values():
-        for a in addrs:
-            if a.family == socket.AF_INET and not a.address.startswith(('127.', '169.254.')):
-                return a.address
-    return None
-
-
 @pytest.fixture(scope='module')
 def other_hostname(tmp_path_factory):
-    """A command prefix under which this machine's host name resolves to one of its
-    non-loopback addresses, as in a container (where gloo would listen by default).
-
-    New user, mount and UTS namespaces (``unshare -Urmu``, no privileges needed where user
-    namespaces are allowed): a private /etc/hosts bind-mounted over the real one, a new host
-    name. glibc's HOSTALIASES does not help: /etc/hosts is read before it is consulted.
-    """
-    address = _non_loopback_address()
-    if address is None:
-        pytest.skip('this machine has no non-loopback IPv4 address to resolve a host name to')
-    if shutil.which('unshare') is None:
-        pytest.skip('unshare (util-linux) is not installed')
-    hosts = tmp_path_factory.mktemp('hosts') / 'hosts'
-    name = 'mmddp-test-host'
-    hosts.write_text(f'127.0.0.1 localhost\n{address} {name}\n')
-    prefix = [
-        'unshare', '-Urmu', 'sh', '-c',
-        'mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@"',
-        str(hosts), name
-    ]
-    probe = subprocess.run(
-        prefix +
-        [PYTHON, '-c', 'import socket; print(socket.gethostbyname('
-         'socket.gethostname()))'], capture_output=True, text=True, timeout=60)
-    if probe.returncode != 0 or probe.stdout.strip() != address:
-        pytest.skip('cannot give this process tree a host name that resolves to a non-loopback '
-                    f'address (unshare -Urmu: {(probe.stderr or probe.stdout).strip()[:200]})')
+    """A command prefix under which this machine's host name resolves beyond loopback
+    (``listening.other_hostname_prefix``); the test is skipped where it cannot."""
+    prefix, why_not = other_hostname_prefix(str(tmp_path_factory.mktemp('hosts')))
+    if prefix is None:
+        pytest.skip(why_not)
     return prefix
-
-
-def _listening_while_running(procs, limit=HANG_GUARD):
-    """``{(pid, ip)}`` of every listening socket of the process trees, sampled until they end."""
-    seen, deadline = set(), time.monotonic() + limit
-    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-        for p in procs:
-            try:
-                tree = [psutil.Process(p.pid)] + psutil.Process(p.pid).children(recursive=True)
-            except psutil.NoSuchProcess:
-                continue
-            for q in tree:
-                try:
-                    seen |= {(q.pid, c.laddr.ip)
-                             for c in q.net_connections('inet') if c.status == psutil.CONN_LISTEN}
-                except psutil.Error:
-                    pass
-        time.sleep(0.3)
-    return seen
 
 
 def _assert_loopback_only(seen, outs):
@@ -220,54 +183,16 @@ def _assert_loopback_only(seen, outs):
     assert {ip for _, ip in seen} <= {'127.0.0.1'}, f'listening beyond loopback: {seen}'
 
 
-@pytest.mark.slow
-def test_dist_train_sh_listens_on_loopback_only(other_hostname, demo_data, tmp_path):
-    procs = [
-        popen(other_hostname + SCRIPT +
-              [DEMO_CONFIG, '2', '--work-dir',
-               str(tmp_path), *demo_options(demo_data, 1)])
-    ]
-    seen = _listening_while_running(procs)
-    outs = finish(procs)
-    _assert_loopback_only(seen, outs)
+def test_dist_train_sh_listens_on_loopback_only(healthy_run):
+    """The shared healthy run (``conftest.healthy_run``), under a host name that resolves to a
+    non-loopback address where the machine allows it: every socket it listened on, read at
+    every line it printed, is on 127.0.0.1."""
+    if not healthy_run.hostname:
+        pytest.skip(healthy_run.why_not)
+    _assert_loopback_only(healthy_run.seen, [(healthy_run.returncode, healthy_run.out)])
     name = run_front.loopback_ifname()
-    assert outs[0][1].count(f'single-host job: GLOO_SOCKET_IFNAME={name} NCCL_SOCKET_IFNAME='
-                            f'{name}') == 1  # logged once, by the front
-
-
-@pytest.mark.slow
-def test_hand_set_ranks_listen_on_loopback_only(other_hostname, demo_data, tmp_path):
-    port = str(find_free_port())
-    procs = [
-        popen(
-            other_hostname + TRAIN +
-            [DEMO_CONFIG, '--work-dir',
-             str(tmp_path), *demo_options(demo_data, 1)],
-            env=dict(RANK=str(r), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=port))
-        for r in range(2)
-    ]
-    seen = _listening_while_running(procs)
-    outs = finish(procs)
-    _assert_loopback_only(seen, outs)
-    assert outs[0][1].count('single-host job: GLOO_SOCKET_IFNAME=') == 1  # rank 0 only
-    assert 'single-host job' not in outs[1][1]
-
-
-@pytest.mark.slow
-def test_launch_api_listens_on_loopback_only(other_hostname, demo_data, tmp_path):
-    code = ('import os, sys, mmddp_ext; r = mmddp_ext.launch(sys.argv[1], nproc_per_node=2, '
-            'args=sys.argv[2:]); print("RESULT", r, "GLOO_SOCKET_IFNAME" in os.environ)')
-    procs = [
-        popen(other_hostname + [
-            PYTHON, '-c', code, DEMO_CONFIG, '--work-dir',
-            str(tmp_path), *demo_options(demo_data, 1)
-        ])
-    ]
-    seen = _listening_while_running(procs)
-    outs = finish(procs)
-    _assert_loopback_only(seen, outs)
-    # every worker returned 0, and the caller's environment is as it was
-    assert re.search(r'RESULT \{[01]: 0, [01]: 0\} False', outs[0][1]), outs[0][1][-3000:]
+    assert healthy_run.out.count(f'single-host job: GLOO_SOCKET_IFNAME={name} '
+                                 f'NCCL_SOCKET_IFNAME={name}') == 1  # logged once, by the front
 
 
 # ---------------------------------------------------------------- one screen for a failure
@@ -306,27 +231,6 @@ def test_killed_rank_gives_one_line_and_a_launcher_report(demo_data, tmp_path):
             in '\n'.join(tail)), '\n'.join(tail)
     assert 'Root Cause' not in proc.stdout and 'ChildFailedError' not in proc.stdout
     assert not any(ln.startswith('Traceback') for ln in tail)
-
-
-@pytest.mark.slow
-def test_raising_rank_report_points_at_its_error_file(demo_data, tmp_path):
-    report, tmp = str(tmp_path / 'launch.json'), tmp_path / 'tmp'
-    tmp.mkdir()
-    proc = run(
-        SCRIPT + [
-            DEMO_CONFIG, '2', '--work-dir',
-            str(tmp_path / 'w'), *demo_options(
-                demo_data, 1, **{'train_dataloader.dataset.ann_file': 'annotations/nope.json'})
-        ], env=dict(MMDDP_LAUNCH_REPORT=report, TMPDIR=str(tmp)), timeout=HANG_GUARD)
-    assert proc.returncode == 1
-    records = json.load(open(report))
-    first = records[0]  # the other rank raised too, or was stopped by torchrun (SIGTERM)
-    assert first['exitcode'] == 1 and first['signal'] is None, records
-    with open(first['error_file']) as f:  # written by the worker's @record
-        assert 'nope.json' in f.read()
-    assert f'torchrun: rank {first["rank"]} (pid {first["pid"]}) exited with exit code 1' \
-        in proc.stdout
-    assert not list(tmp.glob('mmddp_launch.*'))  # dist_train.sh removed its temporary folder
 
 
 def test_front_does_not_import_the_package(tmp_path):

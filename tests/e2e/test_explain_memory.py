@@ -6,7 +6,7 @@ import os.path as osp
 
 import pytest
 
-from conftest import DEMO_CONFIG, PYTHON, check_ok, demo_options, demo_with_hooks, run
+from conftest import DEMO_CONFIG, PYTHON, check_ok, demo_options, demo_with_hooks, once, run
 
 CONTRACT = ('device_mib', 'fixed_mib', 'per_sample_mib', 'ddp_extra_mib', 'predicted_peak_mib',
             'max_batch_single', 'max_batch_ddp', 'method', 'seconds')
@@ -39,14 +39,19 @@ def test_bad_device_memory_is_one_line_and_exit_1(size, says):
 
 @pytest.fixture(scope='module')
 def forecast(demo_data, tmp_path_factory) -> dict:
-    """The JSON of a real one-process forecast of the demo (planned per-device batch 32)."""
-    work = str(tmp_path_factory.mktemp('forecast'))
-    proc = run([
-        PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--explain', '--memory', '--json',
-        '--world-size', '1', '--work-dir', work, *demo_options(demo_data)
-    ], timeout=600)
-    out = check_ok(proc)
-    return json.loads(out.strip().splitlines()[-1])
+    """The JSON of a real one-process forecast of the demo (planned per-device batch 32), made
+    once for the session."""
+
+    def build(work: str) -> None:
+        proc = run([
+            PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--explain', '--memory', '--json',
+            '--world-size', '1', '--work-dir', work, *demo_options(demo_data)
+        ], timeout=600)
+        with open(osp.join(work, 'forecast.json'), 'w') as f:
+            f.write(check_ok(proc).strip().splitlines()[-1])
+
+    with open(osp.join(once(tmp_path_factory, 'forecast', build), 'forecast.json')) as f:
+        return json.load(f)
 
 
 def test_forecast_json_holds_the_contract(forecast):

@@ -33,7 +33,10 @@ def test_a_stuck_rank_is_named_not_the_rank_that_waits(demo_data, tmp_path):
     assert 'rank 1 did not arrive; it was in' in screen and 'fault_hook.py' in screen
     assert 'rank 0 waited in' in screen
     assert 'last completed iteration: ranks 0, 1: 2' in screen
-    assert 'fix:' in screen
+    # the fix for a hang, not another cause's: where to look, and the bound that fired
+    flat = ' '.join(screen.split())
+    assert 'fix: look at the line above of the rank that did not arrive' in flat
+    assert "the bound is HangWatchdogHook's" in flat and 'out-of-memory' not in flat
 
 
 @pytest.mark.slow
@@ -68,7 +71,13 @@ def test_a_rank_killed_by_sigkill_is_named_and_leaves_no_worker(demo_data, tmp_p
     fault = json.load(open(osp.join(work, 'fault_rank1.json')))
     assert 'rank 1 (host' in screen, proc.stdout[-5000:]
     assert f'pid {fault["pid"]}) was killed by SIGKILL after completing iteration 2' in screen
-    assert 'last memory sample: host RSS' in screen and 'fix:' in screen
+    assert 'last memory sample: host RSS' in screen
+    # a SIGKILL's cause and fix: the host's out-of-memory killer (named from the kernel log
+    # where it can be read, else as the likely cause), and host memory, not GPU memory
+    flat = ' '.join(screen.split())
+    assert "the host's out-of-memory killer" in flat
+    assert 'fix: if memory: fewer DataLoader workers (train_dataloader.num_workers)' in flat
+    assert 'did not arrive' not in flat
     assert len(fault['workers']) >= 2  # its DataLoader workers...
     deadline = time.monotonic() + 30  # ...die with it (a bound; they die at once)
     while any(_alive(p) for p in fault['workers']) and time.monotonic() < deadline:

@@ -2,11 +2,14 @@
 on our RetinaNet example config (it sets ``custom_imports`` and ``runner_type='DDPRunner'``) and
 the demo detection data, on a CPU. MMDetection builds the runner with ``RUNNERS.build(cfg)``, so
 each must get the plan and both hooks, and train."""
+import glob
+import json
 import math
 import os.path as osp
 import re
 
 import pytest
+import torch
 
 from mmddp_ext.dist.launch import find_free_port
 
@@ -62,11 +65,28 @@ def test_mmdet_train_py_builds_the_configs_runner(det_data, tmp_path):
 
 @pytest.mark.slow
 def test_mmdet_dist_train_sh_on_cpu(det_data, tmp_path):
+    """MMDetection's own dist_train.sh, 2 processes: the plan really drives the data loading.
+    The global batch of the name (1xb4) is kept, so each rank loads global / world per iteration
+    and an epoch of the training images takes images / global iterations (MMEngine's own
+    per-device semantics would take half as many); the checkpoint records the plan."""
+    work_dir = str(tmp_path / 'w')
     out = check_ok(
         run([
             'bash',
-            osp.join(_mmdet_tools(), 'dist_train.sh'), DET_CONFIG, '2', '--work-dir',
-            str(tmp_path / 'w'), *demo_options(det_data, 1)
+            osp.join(_mmdet_tools(), 'dist_train.sh'), DET_CONFIG, '2', '--work-dir', work_dir,
+            *demo_options(det_data, 1)
         ], cwd=str(tmp_path), env=dict(PORT=str(find_free_port()))))
     _check_trained(out, 2)
     assert out.count('[mmddp_ext] process group: gloo') == 2  # one per rank, on a CPU
+    assert '(the config was tuned for 4)' in out
+    images = len(json.load(open(osp.join(det_data, 'annotations', 'train.json')))['images'])
+    iters = math.ceil(images / 4)
+    assert iters == 6  # 24 images, global 4: not 12, as 2 per device would give
+    ckpt = torch.load(osp.join(work_dir, 'epoch_1.pth'), map_location='cpu', weights_only=False)
+    assert ckpt['meta']['iter'] == iters and ckpt['meta']['epoch'] == 1
+    assert ckpt['meta']['scaling_plan']['world_size'] == 2
+    assert ckpt['meta']['scaling_plan']['global_batch_size'] == 4
+    [scalars] = glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json'))
+    records = [r for r in map(json.loads, open(scalars)) if 'loss' in r]
+    assert len(records) == iters and all(math.isfinite(r['loss']) for r in records)
+    assert not osp.exists(osp.join(work_dir, 'failures'))

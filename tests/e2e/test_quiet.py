@@ -7,12 +7,9 @@ import multiprocessing as mp
 import os.path as osp
 import warnings
 
-import pytest
 import torch
 
 from mmddp_ext.utils import quiet
-
-from conftest import DEMO_CONFIG, check_ok, demo_options, run
 
 # What every 2-process demo run printed before (MMEngine 0.10.7, MMPose 1.3.2, torch 2.14.1).
 NOISE = ('`broadcast_buffers` is deprecated', '"FileClient" will be deprecated',
@@ -20,14 +17,10 @@ NOISE = ('`broadcast_buffers` is deprecated', '"FileClient" will be deprecated',
          'Did not find last_checkpoint', 'Auto resumed from the latest checkpoint None')
 
 
-@pytest.mark.slow
-def test_demo_run_is_quiet_and_says_what_resume_found(demo_data, tmp_path):
-    work = str(tmp_path / 'w')
-    out = check_ok(
-        run([
-            'bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir', work, '--resume',
-            *demo_options(demo_data, 1)
-        ]))
+def test_demo_run_is_quiet_and_says_what_resume_found(healthy_run):
+    """The shared healthy run (``conftest.healthy_run``): 2 processes, ``--resume`` on an empty
+    work dir."""
+    out, work = healthy_run.out, healthy_run.work
     assert [n for n in NOISE if n in out] == []
     line = f'[mmddp_ext] --resume: no checkpoint in {work} yet: starting from scratch'
     assert out.count(line) == 1, out[-3000:]

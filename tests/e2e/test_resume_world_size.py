@@ -5,7 +5,7 @@ import os.path as osp
 import pytest
 import torch
 
-from conftest import DEMO_CONFIG, PYTHON, check_ok, demo_options, run
+from conftest import DEMO_CONFIG, PYTHON, check_ok, demo_options, once, run
 
 pytestmark = pytest.mark.slow
 # global 32 with at most 16 per device: 2 processes × 16, or 1 process × 16 × accumulation 2
@@ -19,29 +19,32 @@ def _ckpt(work_dir, epoch):
 
 @pytest.fixture(scope='module')
 def two_process_runs(demo_data, tmp_path_factory):
-    """(interrupted after 2 epochs, uninterrupted 3 epochs) work dirs, both on 2 processes."""
-    dirs = []
-    for epochs in (2, 3):
-        work = str(tmp_path_factory.mktemp(f'two_proc_{epochs}e'))
+    """(where it stopped, where it went on): ``epoch_2.pth`` and ``epoch_3.pth`` of one
+    3-epoch run on 2 processes (every checkpoint kept), made once for the session. Resuming
+    from the first is a run interrupted after 2 of its 3 epochs; the second is the reference
+    for going on."""
+
+    def build(work: str) -> None:
         check_ok(
             run([
                 'bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir', work,
-                *demo_options(demo_data, epochs, **SCALING)
+                *demo_options(demo_data, 3, **SCALING)
             ]))
-        dirs.append(work)
-    return dirs
+
+    work = once(tmp_path_factory, 'resume_two_processes', build)
+    return osp.join(work, 'epoch_2.pth'), osp.join(work, 'epoch_3.pth')
 
 
 def test_resume_on_one_process_continues_the_same_run(two_process_runs, demo_data, tmp_path):
-    interrupted, uninterrupted = two_process_runs
+    stopped, went_on = two_process_runs
     out = check_ok(
         run([
             PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir',
-            str(tmp_path), '--resume',
-            osp.join(interrupted, 'epoch_2.pth'), *demo_options(demo_data, 3, **SCALING)
+            str(tmp_path), '--resume', stopped, *demo_options(demo_data, 3, **SCALING)
         ]))
     assert 'iteration 4 → 8' in out  # 64 images: 2 iterations/epoch on 2 procs, 4 on 1
-    resumed, reference = _ckpt(str(tmp_path), 3), _ckpt(uninterrupted, 3)
+    resumed = _ckpt(str(tmp_path), 3)
+    reference = torch.load(went_on, map_location='cpu', weights_only=False)
     new, ref = resumed['meta']['scaling_plan'], reference['meta']['scaling_plan']
     assert (new['world_size'], new['per_device_batch_size'], new['accumulative_counts']) == \
         (1, 16, 2)
@@ -61,11 +64,10 @@ def test_resume_on_one_process_continues_the_same_run(two_process_runs, demo_dat
 
 
 def test_resume_with_another_global_batch_fails_with_the_fix(two_process_runs, demo_data, tmp_path):
-    interrupted, _ = two_process_runs
+    stopped, _ = two_process_runs
     proc = run([
         PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir',
-        str(tmp_path), '--resume',
-        osp.join(interrupted, 'epoch_2.pth'),
+        str(tmp_path), '--resume', stopped,
         *demo_options(demo_data, 3, **{'scaling.global_batch_size': '16'})
     ])
     assert proc.returncode == 1

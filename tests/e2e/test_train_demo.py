@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from conftest import DEMO_CONFIG, PYTHON, check_ok, demo_options, run
+from conftest import DEMO_CONFIG, PYTHON, check_ok, copy_of, demo_options, once, run
 
 pytestmark = pytest.mark.slow
 
@@ -40,13 +40,21 @@ def _iters_per_epoch(demo_data):
 
 @pytest.fixture(scope='module')
 def trained(demo_data, tmp_path_factory):
-    work_dir = str(tmp_path_factory.mktemp('train'))
-    out = check_ok(
-        run([
-            PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir', work_dir,
-            *demo_options(demo_data, max_epochs=2)
-        ]))
-    return work_dir, out
+    """(work dir, output) of one 2-epoch single-process run, made once for the session; read
+    only (a test that trains on in it takes a ``copy_of`` it)."""
+
+    def build(work_dir: str) -> None:
+        out = check_ok(
+            run([
+                PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir', work_dir,
+                *demo_options(demo_data, max_epochs=2)
+            ]))
+        with open(osp.join(work_dir, 'train.log.txt'), 'w') as f:
+            f.write(out)
+
+    work_dir = once(tmp_path_factory, 'train_demo', build)
+    with open(osp.join(work_dir, 'train.log.txt')) as f:
+        return work_dir, f.read()
 
 
 def test_trains_with_finite_loss_and_writes_checkpoints(trained, demo_data):
@@ -62,8 +70,9 @@ def test_trains_with_finite_loss_and_writes_checkpoints(trained, demo_data):
     assert 'coco/AP' in out
 
 
-def test_resume_continues_from_the_checkpoint(trained, demo_data):
-    work_dir, first = trained
+def test_resume_continues_from_the_checkpoint(trained, demo_data, tmp_path):
+    first_dir, first = trained
+    work_dir = copy_of(first_dir, tmp_path)  # the run goes on in its own work dir
     per_epoch = _iters_per_epoch(demo_data)
     out = check_ok(
         run([

@@ -40,3 +40,64 @@ class LimitAddressSpaceHook(Hook):
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         if self.after_iters and runner.iter + 1 == self.after_iters:
             self._apply(runner)
+
+
+def _status_bytes(field: str) -> int:
+    """``VmSize`` or ``VmPeak`` of this process, from the kernel (``/proc/self/status``)."""
+    with open('/proc/self/status') as f:
+        for line in f:
+            if line.startswith(field + ':'):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f'no {field} in /proc/self/status')
+
+
+@HOOKS.register_module()
+class LimitBelowStepHook(Hook):
+    """On ``rank``, measure what one training step allocates and then cap the address space
+    below it: the next steps at the same batch fail in torch's allocator for real.
+
+    Before training, a loose budget makes glibc map large blocks on their own (as a real budget
+    does), so a step's activations show in the kernel's ``VmPeak`` and are returned when freed.
+    Iterations ``1 .. apply_after - 1`` (0-based; the first is skipped: it allocates the
+    optimizer's state for good) are measured: the largest rise of ``VmPeak`` over ``VmSize`` at
+    the iteration's start is the step's transient. After iteration ``apply_after``, the limit is
+    the size then + ``fraction`` × that transient: a step of the same batch cannot fit, one of
+    half the batch (about half the activations) can.
+
+    Args:
+        rank: the rank to limit. fraction: of the measured transient (0 < fraction < 1).
+        apply_after: the iteration after which the limit is set (at least 2).
+    """
+
+    priority = 'VERY_LOW'
+
+    def __init__(self, rank: int = 1, fraction: float = 0.75, apply_after: int = 2) -> None:
+        self.rank, self.fraction, self.apply_after = rank, fraction, apply_after
+        self.transient = 0
+        self._start = None
+
+    def before_train(self, runner) -> None:
+        if runner.rank == self.rank:
+            apply_budget(64 * 1024, torch.device('cpu'))
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        if runner.rank == self.rank and 1 <= runner.iter <= self.apply_after:
+            self._start = (_status_bytes('VmSize'), _status_bytes('VmPeak'))
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        if runner.rank != self.rank or not 1 <= runner.iter <= self.apply_after:
+            return
+        size, peak_before = self._start
+        peak = _status_bytes('VmPeak')
+        if peak > peak_before:  # this step reached a new peak: its transient is measured
+            self.transient = max(self.transient, peak - size)
+        if runner.iter == self.apply_after:
+            if not self.transient:
+                raise RuntimeError('LimitBelowStepHook: no step reached a new VmPeak; '
+                                   'nothing was measured')
+            mib = int(self.fraction * self.transient / 2**20)
+            print(
+                f'LimitBelowStepHook: rank {self.rank}: a step allocates '
+                f'{self.transient / 2**20:.0f} MiB above its start; address space now '
+                f'limited to +{mib} MiB', flush=True)
+            apply_budget(mib, torch.device('cpu'))

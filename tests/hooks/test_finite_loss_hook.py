@@ -252,6 +252,25 @@ class TestFiniteLossHook(RunnerTestCase):
         runner.save_checkpoint(self.temp_dir.name, 'manual.pth', **NOT_BUILT)
         self.assertEqual(self._files(), ['manual.pth'])
 
+    def test_a_non_finite_buffer_alone_is_refused_too(self):
+        """Weights finite, one floating-point buffer NaN (running statistics that a forward
+        pass of NaN activations leaves): the save is refused and names the buffer; an integer
+        buffer (a counter) is not a weight tensor."""
+        runner = DDPRunner.from_cfg(self._cfg())
+        runner.model.register_buffer('running_mean', torch.zeros(2))
+        runner.model.register_buffer('num_batches_tracked', torch.tensor(0, dtype=torch.long))
+        runner.model.running_mean.fill_(float('nan'))
+        with self.assertLogs(runner.logger, level='WARNING') as logs:
+            runner.save_checkpoint(self.temp_dir.name, 'manual.pth', **NOT_BUILT)
+        self.assertEqual(
+            logs.output[-1].split(':', 2)[-1],
+            '[mmddp_ext] refusing to save manual.pth: 1 of 5 weight tensors are '
+            'not finite (running_mean); earlier checkpoints are kept')
+        self.assertEqual(self._files(), [])
+        runner.model.running_mean.fill_(0.0)
+        runner.save_checkpoint(self.temp_dir.name, 'manual.pth', **NOT_BUILT)
+        self.assertEqual(self._files(), ['manual.pth'])
+
     def _skip_run(self, runner_cls=DDPRunner, **cfg_extra):
         cfg = self._cfg('skip', **cfg_extra.pop('cfg', {}))
         cfg.update(cfg_extra)

@@ -31,15 +31,21 @@ def test_read_facts_from_a_real_config(pose_cfg):
     assert facts.config_name == 'td-hm_hrnet-w32_8xb64-210e_coco-256x192.py'
 
 
-def test_expectations_follow_the_worked_example():
-    """The derivation below agrees with the docs' worked example: 8xb64 on 1 GPU is 64 ×
-    accumulation 8 and its 500-iteration warmup becomes 4000 micro-iterations."""
-    one = recipe_expectation(POSE, 1)
-    assert (one['per_device_batch_size'], one['accumulative_counts']) == (64, 8)
-    assert round(500 * one['iter_scale']) == 4000
-    assert recipe_expectation(POSE, 16)['per_device_batch_size'] == 32
-    det = recipe_expectation(DET, 16)
-    assert (det['per_device_batch_size'], det['iter_scale']) == (1, 1.0)
+def test_the_worked_example_of_the_docs(pose_cfg, det_cfg):
+    """docs/scaling.md's numbers, from the product (the other tests here compare it with the
+    rules of ``conftest.recipe_expectation``, and this one ties both to the docs): HRNet 8xb64
+    on 1 GPU is 64 × accumulation 8 and its 500-iteration warm-up becomes 4000
+    micro-iterations; on 16 GPUs 32 each; Faster R-CNN (16 images per step) on 16 GPUs is 1
+    per device, iterations as written."""
+    one = plan_for_config(copy.deepcopy(pose_cfg), 1)
+    assert (one.per_device_batch_size, one.accumulative_counts) == (64, 8)
+    assert round(500 * one.iter_scale) == 4000
+    assert plan_for_config(copy.deepcopy(pose_cfg), 16).per_device_batch_size == 32
+    det = plan_for_config(copy.deepcopy(det_cfg), 16)
+    assert (det.per_device_batch_size, det.iter_scale) == (1, 1.0)
+    for world in (1, 16):  # and the rules the other tests use agree
+        assert recipe_expectation(POSE, world)['per_device_batch_size'] == plan_for_config(
+            copy.deepcopy(pose_cfg), world).per_device_batch_size
 
 
 @pytest.mark.parametrize('world', [1, 2, 8, 16])
@@ -162,3 +168,53 @@ def test_rtmdet_name_and_base_disagree_both_facts_in_the_warning():
     assert '8xb32 = 256 samples per step' in warning
     assert 'scaling.global_batch_size=256' in warning and 'scaling.global_batch_size=16' in warning
     assert plan.mode == 'per_device' and plan.per_device_batch_size == 32
+
+
+def _demo_with_schedulers(schedule=None):
+    """The demo config (1xb32) with one iteration-based scheduler of each kind that has an
+    iteration key, and an epoch-based one that must stay as written."""
+    from conftest import DEMO_CONFIG
+    cfg = load_config(DEMO_CONFIG)
+    cfg.param_scheduler = [
+        dict(type='LinearLR', by_epoch=False, begin=0, end=100),
+        dict(type='CosineAnnealingLR', by_epoch=False, begin=100, end=1100, T_max=1000),
+        dict(type='StepLR', by_epoch=False, step_size=300),
+        dict(type='OneCycleLR', by_epoch=False, eta_max=0.1, total_steps=1200),
+        dict(type='CosineRestartLR', by_epoch=False, periods=[400, 800], restart_weights=[1, 1]),
+        dict(type='MultiStepLR', by_epoch=False, milestones=[600, 900]),
+        dict(type='MultiStepLR', by_epoch=True, milestones=[20, 25]),
+    ]
+    cfg.scaling = dict(global_batch_size=32, max_batch_per_device=8)
+    if schedule:
+        cfg.scaling['schedule'] = schedule
+    return cfg
+
+
+def test_every_iteration_key_of_every_scheduler_keeps_the_samples_seen():
+    """One process, at most 8 per device: 8 × accumulation 4, so 4 micro-iterations per
+    written iteration. Each key is compared with the written value times the samples per
+    written iteration over the samples per micro-iteration (32 / 8), worked out here."""
+    cfg = _demo_with_schedulers()
+    plan = plan_for_config(cfg, 1)
+    assert (plan.per_device_batch_size, plan.accumulative_counts) == (8, 4)
+    changes = apply_plan(cfg, plan)
+    s = cfg.param_scheduler
+    assert (s[0].begin, s[0].end) == (0, 400)
+    assert (s[1].begin, s[1].end, s[1].T_max) == (400, 4400, 4000)
+    assert s[2].step_size == 1200
+    assert s[3].total_steps == 4800
+    assert s[4].periods == [1600, 3200] and s[4].restart_weights == [1, 1]
+    assert s[5].milestones == [2400, 3600]
+    assert s[6].milestones == [20, 25]  # by epoch: as written
+    assert 'param_scheduler[1].T_max: 1000 → 4000' in changes
+    assert not any(c.startswith('param_scheduler[6]') for c in changes)
+
+
+def test_keep_iters_leaves_every_iteration_key_as_written():
+    written = _demo_with_schedulers()
+    cfg = _demo_with_schedulers('keep_iters')
+    plan = plan_for_config(cfg, 1)
+    assert plan.accumulative_counts == 4 and plan.iter_scale == 1.0
+    changes = apply_plan(cfg, plan)
+    assert [dict(s) for s in cfg.param_scheduler] == [dict(s) for s in written.param_scheduler]
+    assert not any(c.startswith('param_scheduler') for c in changes)

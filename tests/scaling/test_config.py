@@ -47,6 +47,25 @@ def test_result_is_frozen():
         cfg.global_batch_size = 16  # type: ignore[misc]
 
 
+def _documented_block():
+    """The ``scaling`` block as docs/scaling.md shows it (keys in its order, with the values it
+    gives as defaults)."""
+    text = open(osp.join(SCALING_DIR, '..', '..', 'docs', 'scaling.md')).read()
+    start = text.index('scaling = dict(\n')
+    source = text[start:text.index('\n)', start) + 2]
+    call = ast.parse(source).body[0].value
+    return {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+
+
+def _documented_keys():
+    return list(_documented_block())
+
+
+def test_the_documented_block_is_the_accepted_one_with_its_defaults():
+    assert _documented_keys() == list(SCALING_KEYS)
+    assert parse_scaling(_documented_block()) == ScalingConfig()  # the defaults it states
+
+
 @pytest.mark.parametrize('key, suggestion', [
     ('global_batch', 'global_batch_size'),
     ('max_batch_per_gpu', 'max_batch_per_device'),
@@ -59,7 +78,7 @@ def test_unknown_key_did_you_mean(key, suggestion):
     msg = str(info.value)
     assert f'unknown key scaling.{key}' in msg
     assert f'did you mean {suggestion!r}?' in msg
-    assert 'Valid keys: ' + ', '.join(SCALING_KEYS) in msg
+    assert 'Valid keys: ' + ', '.join(_documented_keys()) in msg
 
 
 def test_unknown_key_without_close_match_lists_valid_keys():
@@ -173,7 +192,13 @@ def test_runtime_check_names_the_fix(block, cuda, distributed, message):
         ({}, False, False),
     ])
 def test_runtime_check_accepts(block, cuda, distributed):
-    check_runtime(parse_scaling(block), cuda, distributed)
+    """The control of test_runtime_check_names_the_fix: each case is one condition away from
+    a refused one ('auto' with a GPU, or with a budget, instead of neither), and passes."""
+    assert check_runtime(parse_scaling(block), cuda, distributed) is None
+    if block.get('max_batch_per_device') == 'auto':
+        refused = {k: v for k, v in block.items() if k != 'memory_budget_mib'}
+        with pytest.raises(ValueError, match='needs a memory budget'):
+            check_runtime(parse_scaling(refused), False, distributed)
 
 
 @pytest.mark.parametrize('module', ['__init__.py', 'config.py', 'plan.py', 'search.py'])

@@ -8,7 +8,7 @@ import pytest
 
 from mmddp_ext.scaling.search import SearchResult, Trial, cache_key, max_trials, search_max_batch
 
-from conftest import PYTHON, check_ok, run
+from conftest import PYTHON, check_ok, once, run
 
 UPPERS = [1, 2, 3, 7, 16, 17, 64, 100, 512]
 
@@ -20,7 +20,8 @@ def test_finds_the_largest_fitting_batch_within_the_trial_bound(upper):
         result = search_max_batch(upper, lambda b: tried.append(b) or b <= limit)
         assert result.max_batch == limit
         assert tried[0] == upper  # the common case costs one trial
-        assert len(tried) <= max_trials(upper) <= math.ceil(math.log2(upper)) + 2
+        # the bound docs/scaling.md promises: one trial at the top, then a bisection
+        assert len(tried) <= max_trials(upper) == math.ceil(math.log2(upper)) + 1
         assert [t.batch for t in result.trials] == tried
         assert [t.fits for t in result.trials] == [b <= limit for b in tried]
 
@@ -78,15 +79,19 @@ UPPER = 64
 
 @pytest.fixture(scope='module')
 def two_ranks(tmp_path_factory):
-    """``tests/helpers/agreement_ranks.py`` under torchrun, 2 gloo processes: ``{rank: record}``."""
-    out = str(tmp_path_factory.mktemp('agree'))
-    check_ok(
-        run([
-            PYTHON, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--standalone',
-            'tests/helpers/agreement_ranks.py', out,
-            str(UPPER),
-            json.dumps(RANK_LIMITS)
-        ], timeout=300))
+    """``tests/helpers/agreement_ranks.py`` under torchrun, 2 gloo processes: ``{rank: record}``,
+    once for the session."""
+
+    def build(out: str) -> None:
+        check_ok(
+            run([
+                PYTHON, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--standalone',
+                'tests/helpers/agreement_ranks.py', out,
+                str(UPPER),
+                json.dumps(RANK_LIMITS)
+            ], timeout=300))
+
+    out = once(tmp_path_factory, 'agreement_ranks', build)
     return {r: json.load(open(osp.join(out, f'rank{r}.json'))) for r in (0, 1)}
 
 
