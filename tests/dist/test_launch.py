@@ -147,7 +147,7 @@ def test_two_nodes_of_two_processes_on_loopback(demo_data, tmp_path):
         assert rc == 0, out[-4000:]
     records = read_records(rec)
     for rank, r in records.items():
-        env = {k: int(v) for k, v in r['env'].items()}
+        env = {k: int(v) for k, v in r['env'].items() if v is not None}
         assert env['WORLD_SIZE'] == 4 == 2 * env['LOCAL_WORLD_SIZE']  # nnodes × nproc
         assert env['RANK'] == rank == env['GROUP_RANK'] * 2 + env['LOCAL_RANK']
     assert {(r['env']['GROUP_RANK'], r['env']['LOCAL_RANK']) for r in records.values()} == \
@@ -156,26 +156,33 @@ def test_two_nodes_of_two_processes_on_loopback(demo_data, tmp_path):
 
 
 def test_launch_api(hostname_prefix, demo_data, tmp_path):
-    """``mmddp_ext.launch()`` from Python, given a Config object: every worker returns 0, the
-    caller's environment is as it was, the data is split, and the job listens on loopback
-    only."""
+    """``mmddp_ext.launch()`` from Python, given a Config object and ``max_restarts=1``: rank 1
+    is killed in the agent's first attempt (``tests.helpers.kill_rank``), the agent restarts
+    the workers once, and then every worker returns 0; the caller's environment is as it was,
+    the data is split, and the job listens on loopback only."""
     work = str(tmp_path / 'w')
     rec = str(tmp_path / 'rec')
     # an mmengine.Config object, as the docstring allows (dumped to a file for the workers)
     code = ('import os, sys, mmddp_ext; from mmengine import Config; '
             f'cfg = Config.fromfile({recording_config(tmp_path, rec)!r}); '
-            'r = mmddp_ext.launch(cfg, nproc_per_node=2, '
+            "cfg.custom_imports.imports.append('tests.helpers.kill_rank'); "
+            'r = mmddp_ext.launch(cfg, nproc_per_node=2, max_restarts=1, '
             f'args=["--work-dir", {work!r}, *sys.argv[1:]]); '
             'print("RESULT", r, "|", "GLOO_SOCKET_IFNAME" in os.environ)')
-    results, seen = finish_watching_sockets(
-        [popen(hostname_prefix + [PYTHON, '-c', code, *demo_options(demo_data, 1)])])
+    results, seen = finish_watching_sockets([
+        popen(hostname_prefix + [PYTHON, '-c', code, *demo_options(demo_data, 1)],
+              env=dict(MMDDP_TEST_KILL_RANK='1', MMDDP_TEST_KILL_ATTEMPT='0'))
+    ])
     _assert_loopback_only(seen, results)
     out = results[0][1]
     result, env_changed = out[out.rindex('RESULT ') + len('RESULT '):].splitlines()[0].split(' | ')
     assert ast.literal_eval(result) == {0: 0, 1: 0}  # {local rank: return value}, any order
     assert env_changed == 'False'
     assert osp.isfile(osp.join(work, 'epoch_1.pth'))
-    _assert_disjoint_and_complete(read_records(rec), 2, demo_data)
+    records = read_records(rec)
+    # the first attempt failed (rank 1 killed): the ranks that trained are the agent's restart
+    assert {r['env']['TORCHELASTIC_RESTART_COUNT'] for r in records.values()} == {'1'}
+    _assert_disjoint_and_complete(records, 2, demo_data)
 
 
 def test_failing_worker_is_named_in_the_last_lines(demo_data, tmp_path):

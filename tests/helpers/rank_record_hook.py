@@ -64,7 +64,8 @@ class RankRecordHook(Hook):
     def after_train(self, runner) -> None:
         rank, world = get_dist_info()
         os.makedirs(self.out_dir, exist_ok=True)
-        keys = ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'GROUP_RANK')
+        keys = ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'GROUP_RANK',
+                'TORCHELASTIC_RESTART_COUNT')
         params = _params(runner)
         before = self.before or (None, None)
         record = dict(dist_rank=rank, dist_world=world, samples=self.samples, img_ids=self.img_ids,
