@@ -4,8 +4,10 @@
 :class:`~mmddp_ext.hooks.RankMemoryHook` sends its medians with the memory sample it gathers
 anyway; :func:`find_straggler` (pure) names the rank that is slower than the others in one
 such sample, and why, and :class:`StragglerWatch` warns only when the same rank is found slow
-for the same reason in ``patience`` samples in a row (one noisy interval names nobody). In synchronous data parallel training every rank waits for the slowest in
-the gradient all-reduce, so the *iteration* times of all ranks are about equal; what tells the
+for the same reason in ``patience`` samples in a row (one noisy interval names nobody).
+
+In synchronous data parallel training every rank waits for the slowest in the gradient
+all-reduce, so the *iteration* times of all ranks are about equal; what tells the
 slow rank apart is the part of the iteration it spends alone: the time waiting for its next
 batch (data: the loader) and the forward pass (compute). The forward pass is timed on the host:
 exact on a CPU; on a GPU, whose kernels run asynchronously, it is the time to launch them, so a

@@ -63,8 +63,8 @@ class RankMemoryHook(Hook):
     (:class:`~mmddp_ext.dist.stragglers.IterationClock`) ride along in the same sample and
     JSONL line (``iter_time_s``, ``data_time_s``, ``forward_time_s``); a rank whose data or
     forward time exceeds the others' by ``straggler_factor`` in ``straggler_patience`` samples
-    in a row is named in a warning (:class:`~mmddp_ext.dist.stragglers.StragglerWatch`), and ``speed.png`` beside
-    ``memory.png`` plots every rank's iteration and data time.
+    in a row is named in a warning (:class:`~mmddp_ext.dist.stragglers.StragglerWatch`), and
+    ``speed.png`` beside ``memory.png`` plots every rank's iteration and data time.
 
     The hook never resets torch's peak counters, which MMEngine's ``memory`` log field relies
     on (MMEngine resets them whenever it logs); it folds the counter into its own running peak
@@ -96,8 +96,9 @@ class RankMemoryHook(Hook):
         self.plot = plot
         self.straggler_factor = check_factor(straggler_factor)
         self.straggler_patience = check_patience(straggler_patience)
-        self._speed = (StragglerWatch(self.straggler_factor, self.straggler_patience)
-                       if self.straggler_factor else None)
+        self._speed = (
+            StragglerWatch(self.straggler_factor, self.straggler_patience)
+            if self.straggler_factor else None)
         self.clock = IterationClock()
         self.reader: Optional[MemoryReader] = None
         self.baseline: Optional[MemorySample] = None
