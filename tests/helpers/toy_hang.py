@@ -28,7 +28,7 @@ class ToyStuckHook(Hook):
 
 
 MIN_TIMEOUT = 10.0
-FACTOR = 20.0
+FACTOR = 5.0
 SLOW_TIMEOUT = 120.0
 
 
