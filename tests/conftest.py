@@ -51,7 +51,7 @@ def copy_of(folder: str, tmp_path) -> str:
 
 class HealthyRun:
     """What the shared healthy run left: ``returncode``, ``out`` (stdout and stderr), ``work``
-    (its work dir), ``records`` (RankRecordHook's folder), ``seen`` (``{(pid, ip)}`` of its
+    (its work dir), ``records`` (RankRecordHook's folder), ``beside`` (ReadBesideHook's), ``seen`` (``{(pid, ip)}`` of its
     listening sockets) and ``hostname`` (True when it ran under a host name that resolves beyond
     loopback; else ``why_not``)."""
 
@@ -62,12 +62,14 @@ class HealthyRun:
         self.returncode, self.out, self.hostname = got['rc'], got['out'], got['hostname']
         self.why_not, self.seen = got['why_not'], {tuple(s) for s in got['seen']}
         self.work, self.records = osp.join(folder, 'w'), osp.join(folder, 'rec')
+        self.beside = osp.join(folder, 'beside')
 
 
 @pytest.fixture(scope='session')
 def healthy_run(demo_data, tmp_path_factory) -> HealthyRun:
     """One healthy 2-process ``dist_train.sh`` run of the demo (1 epoch, 2 iterations), made
-    once for the tests that read it: RankRecordHook and RankMemoryHook(interval=1), ``--resume``
+    once for the tests that read it: RankRecordHook, RankMemoryHook(interval=1) and
+    ReadBesideHook (/proc beside each of its readings), ``--resume``
     on an empty work dir, under a host name that resolves to a non-loopback address where the
     machine allows it (``listening.other_hostname_prefix``), its listening sockets read at every
     line it printed."""
@@ -79,7 +81,9 @@ def healthy_run(demo_data, tmp_path_factory) -> HealthyRun:
         prefix, why_not = other_hostname_prefix(folder)
         cfg = demo_with_hooks(
             folder, f"dict(type='RankRecordHook', out_dir={osp.join(folder, 'rec')!r}), "
-            "dict(type='RankMemoryHook', interval=1)", ['rank_record_hook'], 'healthy.py')
+            "dict(type='RankMemoryHook', interval=1), "
+            f"dict(type='ReadBesideHook', out_dir={osp.join(folder, 'beside')!r})",
+            ['rank_record_hook', 'read_beside_hook'], 'healthy.py')
         proc = popen((prefix or []) + [
             'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
             osp.join(folder, 'w'), '--resume', *demo_options(demo_data, 1)

@@ -5,6 +5,7 @@
 anyway; :func:`find_straggler` (pure) names the rank that is slower than the others in one
 such sample, and why, and :class:`StragglerWatch` warns only when the same rank is found slow
 for the same reason in ``patience`` samples in a row (one noisy interval names nobody).
+
 In synchronous data parallel training every rank waits for the slowest in the gradient
 all-reduce, so the *iteration* times of all ranks are about equal; what tells the
 slow rank apart is the part of the iteration it spends alone: the time waiting for its next

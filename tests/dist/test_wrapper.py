@@ -80,12 +80,39 @@ def test_a_default_guard_gives_way_to_the_configs_own_wrapper():
         model_wrapper_for(_cfg(model_wrapper_cfg=fsdp), True, 'microbatch')
 
 
-def test_the_wrapper_is_on_the_given_local_rank_when_the_variable_is_missing(monkeypatch):
+@pytest.mark.parametrize(
+    'visible_gpus, extra, expected',
+    [
+        (2, {}, 1),  # no LOCAL_RANK: RANK % visible GPUs = 3 % 2
+        (4, {}, 3),  # 3 % 4
+        (4, dict(LOCAL_WORLD_SIZE='2'), 1),  # RANK % LOCAL_WORLD_SIZE = 3 % 2
+        (4, dict(LOCAL_RANK='0'), 0),  # set: taken as it is, whatever RANK says
+    ])
+def test_the_wrapper_is_on_the_rank_s_derived_device(monkeypatch, visible_gpus, extra, expected):
     """Hand-set variables and Slurm may lack LOCAL_RANK until the process group starts: the
-    device is the rank's derived one, not GPU 0 (a CUDA host is faked: none here)."""
-    monkeypatch.delenv('LOCAL_RANK', raising=False)
+    device the wrapper is put on is the one derived from RANK and the node's layout, not GPU 0,
+    through both places that read the variables (the entry's ``read_launch_env`` and
+    DDPRunner's ``_layout``). A CUDA host with ``visible_gpus`` GPUs is faked: none here."""
+    from mmddp_ext.dist.launch import read_launch_env
+    from mmddp_ext.gpu import use_gpus
+    from mmddp_ext.gpu.cuda import CudaGpus
+    from mmddp_ext.runner.ddp_runner import _layout
+    for key in ('LOCAL_RANK', 'LOCAL_WORLD_SIZE'):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in dict(RANK='3', WORLD_SIZE='8', MASTER_ADDR='h', MASTER_PORT='29500',
+                           **extra).items():
+        monkeypatch.setenv(key, value)
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
-    assert model_wrapper_for(_cfg(), True, local_rank=3)['device_ids'] == [3]
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: visible_gpus)
+    previous = use_gpus(CudaGpus())
+    try:
+        env = read_launch_env('pytorch', num_gpus=visible_gpus)
+        world, local_rank = _layout('pytorch')
+        assert (env.local_rank, world, local_rank) == (expected, 8, expected)
+        assert model_wrapper_for(_cfg(), True, local_rank=env.local_rank)['device_ids'] == \
+            [expected]
+    finally:
+        use_gpus(previous)
 
 
 def test_ddp_runner_derives_the_local_rank_from_the_launchers_variables(monkeypatch):

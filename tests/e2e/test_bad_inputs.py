@@ -5,7 +5,9 @@ No wall-clock bounds: "ends early" is checked by what did not happen (no trainin
 no checkpoint) and by the waits the messages report (the configured rendezvous timeout);
 ``HANG_GUARD`` only stops a test that would otherwise hang."""
 import glob
+import math
 import os.path as osp
+import time
 
 import pytest
 
@@ -100,10 +102,10 @@ def test_missing_config_and_bad_script_arguments(cmd, line):
     assert rc != 0 and line in out and 'Traceback' not in out
 
 
-def _manual(rank, world, port, work):
+def _manual(rank, world, port, work, timeout=RENDEZVOUS_TIMEOUT):
     env = dict(
         RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
-        MMDDP_RENDEZVOUS_TIMEOUT=str(RENDEZVOUS_TIMEOUT))
+        MMDDP_RENDEZVOUS_TIMEOUT=str(timeout))
     return popen(TRAIN + [DEMO_CONFIG, '--work-dir', work], env=env)
 
 
@@ -111,14 +113,30 @@ def _manual(rank, world, port, work):
 # (test_hand_set_rank_0_names_the_port_holder, test_hand_set_ranks_say_what_they_wait_for).
 
 
-def test_world_size_larger_than_the_processes_started(tmp_path):
+@pytest.fixture(scope='module')
+def rendezvous_timeout_for_two(tmp_path_factory):
+    """A rendezvous timeout that two processes started together meet within, on this machine
+    under its load now: the wall time of one real cold start of the entry up to its rendezvous
+    (rank 1 alone, against a port nobody listens on, giving up after 1 s), times 3; at least
+    ``RENDEZVOUS_TIMEOUT``. Two processes started at once arrive at most one cold start apart."""
+    work = str(tmp_path_factory.mktemp('cold_start'))
+    start = time.monotonic()
+    [(rc, out)] = finish([_manual(1, 2, find_free_port(), work, timeout=1)], timeout=HANG_GUARD)
+    cold = time.monotonic() - start
+    assert rc == 1 and 'rank 1 could not reach' in out, out[-3000:]  # it did reach the wait
+    return max(RENDEZVOUS_TIMEOUT, math.ceil(3 * cold))
+
+
+def test_world_size_larger_than_the_processes_started(rendezvous_timeout_for_two, tmp_path):
+    timeout = rendezvous_timeout_for_two
     port = find_free_port()
-    outs = finish([_manual(0, 4, port, str(tmp_path)),
-                   _manual(1, 4, port, str(tmp_path))], timeout=HANG_GUARD)
+    outs = finish(
+        [_manual(0, 4, port, str(tmp_path), timeout),
+         _manual(1, 4, port, str(tmp_path), timeout)], timeout=HANG_GUARD)
     assert all(rc == 1 for rc, _ in outs)
     [line] = _error_lines(outs[0][1])
     assert 'only 2 of WORLD_SIZE=4 processes joined' in line and 'start the missing ranks' in line
-    assert f'within {RENDEZVOUS_TIMEOUT} s' in line  # the configured wait, then it gave up
+    assert f'within {timeout} s' in line  # the configured wait, then it gave up
     for _, out in outs:
         assert len(_error_lines(out)) == 1  # rank 1 says why as well
         _not_trained(out)

@@ -2,6 +2,7 @@
 training step, so that torch's allocator really fails there, on any machine."""
 import json
 import os.path as osp
+import resource
 
 import torch
 from mmengine.hooks import Hook
@@ -21,7 +22,8 @@ class StepBudgetHook(Hook):
     The first step of an optimizer with state allocates at least that state (Adam: two tensors
     per parameter), besides the forward's activations, all in large blocks that need new
     address space: with ``fraction`` < 1 it cannot fit, whatever the machine. Writes
-    ``<work_dir>/step_budget_rank{R}.json`` with what it measured.
+    ``<work_dir>/step_budget_rank{R}.json`` with what it measured and the address-space limit
+    it set (``as_limit_bytes``).
 
     Args:
         rank: the rank to limit.
@@ -43,6 +45,9 @@ class StepBudgetHook(Hook):
                      if p.requires_grad)
         budget_mib = max(1, int(self.fraction * params / MIB))
         optimizer = type(runner.optim_wrapper.optimizer).__name__
-        with open(osp.join(runner.work_dir, f'step_budget_rank{runner.rank}.json'), 'w') as f:
-            json.dump(dict(param_bytes=params, budget_mib=budget_mib, optimizer=optimizer), f)
         apply_budget(budget_mib, torch.device('cpu'))
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]  # what it set: the address space
+        with open(osp.join(runner.work_dir, f'step_budget_rank{runner.rank}.json'), 'w') as f:
+            json.dump(
+                dict(param_bytes=params, budget_mib=budget_mib, optimizer=optimizer,
+                     as_limit_bytes=limit), f)

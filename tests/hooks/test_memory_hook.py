@@ -12,6 +12,7 @@ from mmddp_ext.hooks.memory_hook import RankMemoryHook, format_table
 from conftest import demo_options, demo_with_hooks, run
 
 GIB = 2**30
+MIB = 2**20
 
 
 def _sample(rank, device='cpu', **kw):
@@ -43,7 +44,8 @@ def test_interval_is_checked(bad):
 
 
 def test_two_process_run_logs_writes_and_plots(healthy_run):
-    """The shared healthy run (``conftest.healthy_run``): RankMemoryHook(interval=1)."""
+    """The shared healthy run (``conftest.healthy_run``): RankMemoryHook(interval=1), with
+    /proc read beside each of its readings (``tests.helpers.read_beside_hook``)."""
     out = healthy_run.out
     # 64 images, 2 ranks × 16 per device: 2 iterations; a sample after each, on every rank
     [log_dir] = glob.glob(osp.join(healthy_run.work, '2*'))
@@ -59,6 +61,18 @@ def test_two_process_run_logs_writes_and_plots(healthy_run):
         # written, so resident), besides the interpreter and torch; and less than the host
         assert all(3 * weights < s['rss'] <= s['peak_rss'] < psutil.virtual_memory().total
                    for s in lines)
+        # what it logged is what /proc said right beside each reading (VmRSS read just before
+        # and just after it; 1 MiB for what the reading itself allocates or frees) ...
+        with open(osp.join(healthy_run.beside, f'beside_rank{rank}.jsonl')) as f:
+            near = {b['iter']: b for b in map(json.loads, f)}
+        for s in lines:
+            b = near[s['iter']]
+            assert (s['rss'], s['peak_rss']) == (b['rss'], b['peak_rss'])  # that very reading
+            assert min(b['rss_low'], b['rss_high']) - MIB <= s['rss'] <= \
+                max(b['rss_low'], b['rss_high']) + MIB, (s, b)
+            # ... and the peak is the process's high-water mark, not the current size
+            assert s['peak_rss'] >= b['hwm_low'] - MIB, (s, b)
+        assert lines[1]['peak_rss'] >= max(lines[0]['peak_rss'], lines[0]['rss'])  # kept
     assert len(pids) == 2  # one process per rank, both named in the table
     assert out.count('CPU run: host RSS (peak RSS) per rank') == 2
     assert 'rank 1 ' in out.split('CPU run: host RSS (peak RSS) per rank')[1]
@@ -98,7 +112,11 @@ def test_real_out_of_memory_on_one_rank_is_diagnosed(demo_data, tmp_path):
     assert record['exc_type'] == 'MemoryError' or ALLOCATOR_FAILURE.search(record['message']), \
         record
     assert record['plan']['per_device_batch_size'] == 64 // 2
-    assert record['memory']['now']['rss'] > 0 and 'baseline' in record['memory']
+    # the parameters (written at initialisation: resident) are a known part of the process, and
+    # nothing resident lies outside the address space it was limited to
+    now = record['memory']['now']
+    assert measured['param_bytes'] <= now['rss'] <= measured['as_limit_bytes'], (now, measured)
+    assert 'baseline' in record['memory']
     tail = proc.stdout[proc.stdout.rindex('==== mmddp_ext diagnosis'):]
     assert 'first failing rank: 1' in tail
     assert 'cause: out of memory at per-device batch 32 (32 × 2 × accumulation 1 = global 64)' \

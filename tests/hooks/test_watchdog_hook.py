@@ -5,12 +5,16 @@ import subprocess
 import sys
 
 import pytest
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
 from mmengine.testing import RunnerTestCase
 
 from mmddp_ext.hooks import HangWatchdogHook
 from mmddp_ext.hooks.watchdog_hook import watchdog_bound
-from mmddp_ext.progress import read_ranks
+from mmddp_ext.progress import read_ranks, stacks_path
 from mmddp_ext.stacks import main_frames, parse_dump
+
+from tests.helpers import toy_hang
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -35,31 +39,80 @@ def test_bad_arguments_name_the_value(kwargs, name):
         HangWatchdogHook(**kwargs)
 
 
+def vm_rss() -> int:
+    """This process's VmRSS from /proc/self/status, in bytes (the kernel's counter, no psutil)."""
+    with open('/proc/self/status') as f:
+        return next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith('VmRSS:'))
+
+
+@HOOKS.register_module(force=True)
+class VmRssProbeHook(Hook):
+    """Reads /proc's VmRSS at ``after_run``; placed just before and just after the watchdog
+    (the same priority, in that order), it brackets the watchdog's last reading."""
+
+    priority = 'VERY_HIGH'
+
+    def after_run(self, runner) -> None:
+        self.rss = vm_rss()
+
+
 class TestProgress(RunnerTestCase):
 
     def test_progress_after_training_and_no_stack_file_left(self):
         cfg = self.iter_based_cfg
-        cfg.custom_hooks = [dict(type='HangWatchdogHook')]
+        cfg.custom_hooks = [
+            dict(type='VmRssProbeHook'),
+            dict(type='HangWatchdogHook'),
+            dict(type='VmRssProbeHook')
+        ]
         cfg.train_cfg.max_iters = 6
         runner = self.build_runner(cfg)
+        names = [type(h).__name__ for h in runner.hooks]
+        at = names.index('HangWatchdogHook')
+        self.assertEqual(names[at - 1:at + 2],
+                         ['VmRssProbeHook', 'HangWatchdogHook', 'VmRssProbeHook'])
         runner.train()
+        low, high = runner.hooks[at - 1].rss, runner.hooks[at + 1].rss
         state = read_ranks(runner.work_dir)[0]
         self.assertEqual(state['completed_iter'], 6)
         self.assertEqual(state['phase'], 'done')
         self.assertEqual(state['run'], runner.timestamp)
         self.assertEqual(state['stacks'], '')  # removed: nothing was dumped
-        self.assertGreater(state['rss'], 0)
+        # the host RSS it wrote last is /proc's, read beside it (give or take 1 MiB that the
+        # write itself may allocate or free)
+        self.assertLessEqual(min(low, high) - 2**20, state['rss'])
+        self.assertLessEqual(state['rss'], max(low, high) + 2**20)
         self.assertEqual(state['bound_s'], 600)  # last armed: around checkpoints
 
 
+def _seconds(faulthandler_timeout: str) -> float:
+    """faulthandler's ``Timeout (H:MM:SS.ffffff)!`` heading, in seconds."""
+    hours, minutes, seconds = faulthandler_timeout.split(':')
+    return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+
+
 def test_a_real_hang_is_ended_with_every_stack(tmp_path):
+    """The watchdog ends the run while its main thread sleeps in ``stuck_here``, after the
+    bound it wrote for that iteration (the automatic one, from the iteration it timed), not
+    before, and with every thread's stack. No wall-clock bound: the event is checked."""
     work = str(tmp_path / 'w')
     proc = subprocess.run([sys.executable, '-m', 'tests.helpers.toy_hang', work], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr[-3000:]  # faulthandler's exit
     state = read_ranks(work)[0]
-    assert state['completed_iter'] == 2 and state['phase'] == 'train'
     dump = parse_dump(state['stacks'])
-    assert dump.timeout is not None  # the watchdog's heading
     frames = main_frames(dump, state['main_thread'])
-    assert frames[0].func == 'stuck_here' and frames[0].file.endswith('toy_hang.py')
+    where = [f'{f.func} ({osp.basename(f.file)})' for f in frames[:3]]
+    # the event: it fired while the main thread was stuck, not in a healthy iteration
+    assert frames[0].func == 'stuck_here' and frames[0].file.endswith('toy_hang.py'), where
+    assert state['completed_iter'] == 2 and state['phase'] == 'train', state
+    assert dump.timeout is not None  # the watchdog's heading, not a signal's
+    # the bound in force is the documented one, from the one iteration timed so far
+    expected = max(toy_hang.MIN_TIMEOUT, toy_hang.FACTOR * state['slowest_iter_s'])
+    assert state['bound_s'] == pytest.approx(expected)
+    assert _seconds(dump.timeout) == pytest.approx(state['bound_s'], abs=1e-5)
+    # ... and it was waited for: the dump was written no sooner than the bound after arming
+    dumped_at = osp.getmtime(stacks_path(work, 0))
+    assert dumped_at - state['time'] >= 0.99 * state['bound_s'], (dumped_at - state['time'])
+    others = [t for t in dump.threads.values() if t is not frames]
+    assert any(f.func == 'idle_helper' for t in others for f in t), dump.threads  # every thread

@@ -1,11 +1,19 @@
-"""``apply_budget`` on a CPU, in a fresh process (the limit cannot be lifted once set)."""
+"""``apply_budget`` on a CPU, in a fresh process (the limit cannot be lifted once set).
+
+The child is single-threaded (OMP/MKL, torch's intra- and inter-op pools): every thread's stack is
+address space, so with a pool as large as the host's core count a 400 MiB headroom over the
+current size would depend on the host."""
 import json
+import os
 import subprocess
 import sys
 
 SCRIPT = '''
 import json, os, resource, psutil, torch
 from mmddp_ext.memory.budget import apply_budget
+torch.set_num_threads(1)                                   # before the limit: no pool grows
+torch.set_num_interop_threads(1)
+threads = (torch.get_num_threads(), torch.get_num_interop_threads())
 vms = psutil.Process().memory_info().vms
 resource.setrlimit(resource.RLIMIT_AS, (vms + 400 * 2 ** 20, resource.RLIM_INFINITY))
 budget = apply_budget(2000, torch.device('cpu'))          # looser than the existing limit
@@ -17,16 +25,18 @@ except RuntimeError as e:
     raised = str(e)
 small = torch.ones(10 * 2 ** 20, dtype=torch.uint8).sum().item()  # within it: fine
 print(json.dumps(dict(room=budget.nbytes, how=budget.how, soft_over_vms=soft - vms,
-                      raised=raised, small=small,
+                      raised=raised, small=small, threads=threads,
                       onednn=os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY'))))
 '''
 
 
 def test_cpu_budget_keeps_a_tighter_limit_and_fails_for_real():
+    env = dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
     out = subprocess.run([sys.executable, '-c', SCRIPT], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=120, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got['threads'] == [1, 1]
     assert got['soft_over_vms'] <= 400 * 2**20  # never loosened to 2000 MiB
     assert got['room'] <= 400 * 2**20
     assert 'scaling.memory_budget_mib=2000' in got['how'] and 'tighter existing limit' in got['how']

@@ -162,8 +162,33 @@ def test_physical_device_index_errors(local, visible, match):
         physical_device_index(local, visible)
 
 
-def test_available_returns_bool_without_raising():
-    assert isinstance(NvmlProcessTableReader.available(), bool)
+def test_available_is_false_without_pynvml_and_never_raises(monkeypatch):
+    """No ``pynvml`` installed (its import fails): not available, no ImportError. The True
+    side is the fake NVML's test below."""
+    monkeypatch.setitem(sys.modules, 'pynvml', None)  # ``import pynvml`` raises ImportError
+    previous = use_gpus(CudaGpus())
+    try:
+        assert NvmlProcessTableReader.available() is False
+        with pytest.raises(RuntimeError, match='node1'):
+            NvmlProcessTableReader('node1').read(0)
+    finally:
+        use_gpus(previous)
+
+
+def test_available_says_whether_a_real_read_works():
+    """On this host, whatever it has: available() is True exactly when reading GPU 0's table
+    through NVML works."""
+    previous = use_gpus(CudaGpus())
+    try:
+        available = NvmlProcessTableReader.available()
+        try:
+            NvmlProcessTableReader('here').read(0)
+            read = True
+        except RuntimeError:
+            read = False
+    finally:
+        use_gpus(previous)
+    assert available is read
 
 
 def test_reader_defaults_host_to_hostname():

@@ -1,4 +1,6 @@
 """MemoryReader: host numbers on CPU; on a GPU it never resets torch's peak counters."""
+import os.path as osp
+
 import pytest
 import torch
 
@@ -15,20 +17,67 @@ def test_cpu_sample_has_host_numbers_only():
     assert sample.mib('rss') == round(sample.rss / 2**20, 1)
 
 
+def _proc_status_kib(field: str) -> int:
+    """``field`` of /proc/self/status (VmRSS, VmHWM), in bytes: the kernel's own counter, read
+    without psutil."""
+    with open('/proc/self/status') as f:
+        for line in f:
+            if line.startswith(field + ':'):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f'no {field} in /proc/self/status')
+
+
+def _smaps_rss() -> int:
+    """This process's resident bytes counted page by page (/proc/self/smaps_rollup walks the
+    page tables: exact, where the status counters may lag by a few per-CPU batches)."""
+    with open('/proc/self/smaps_rollup') as f:
+        for line in f:
+            if line.startswith('Rss:'):
+                return int(line.split()[1]) * 1024
+    raise AssertionError('no Rss in /proc/self/smaps_rollup')
+
+
+def _read_beside(reader, it):
+    """The reader's sample, bracketed by /proc's VmRSS read just before and just after it."""
+    low = _proc_status_kib('VmRSS')
+    sample = reader.read(it)
+    high = _proc_status_kib('VmRSS')
+    return sample, low, high
+
+
+def _close(sample, low: int, high: int) -> bool:
+    """The reader's RSS is what /proc said beside it: between the two readings, give or take
+    the little the read itself allocates or frees (1 MiB)."""
+    slack = 2**20
+    return min(low, high) - slack <= sample.rss <= max(low, high) + slack
+
+
+@pytest.mark.skipif(not osp.exists('/proc/self/smaps_rollup'), reason='needs Linux /proc')
 def test_cpu_rss_follows_a_known_allocation():
-    """256 MiB written page by page: RSS grows by that much over a reading taken just before,
-    the peak keeps it, and RSS falls back once it is freed."""
+    """256 MiB written page by page: the reader's RSS is /proc's VmRSS at every reading, it
+    grows by as much as /proc's did, at least by the 256 MiB (every page written is resident),
+    the peak keeps it, and RSS falls back once it is freed (256 MiB is above glibc's largest
+    mmap threshold: the block is its own mapping, returned to the system by ``del``)."""
     reader = MemoryReader(0, 'cpu')
+    reader.read(0)  # psutil imported and its Process made: not part of the growth below
     size = 256 * 2**20
-    before = reader.read(1)
+    exact_before = _smaps_rss()
+    before, b_low, b_high = _read_beside(reader, 1)
     block = torch.ones(size, dtype=torch.uint8)  # every page written: resident
-    during = reader.read(2)
+    during, d_low, d_high = _read_beside(reader, 2)
+    exact_during = _smaps_rss()
+    assert _close(before, b_low, b_high), (before.rss, b_low, b_high)
+    assert _close(during, d_low, d_high), (during.rss, d_low, d_high)
     grown = during.rss - before.rss
-    assert 0.95 * size <= grown <= size + 32 * 2**20, grown / 2**20
-    assert during.peak_rss >= during.rss >= before.rss + 0.95 * size
+    # /proc's growth over the same two points, with the spread of each bracket
+    assert d_low - b_high - 2 * 2**20 <= grown <= d_high - b_low + 2 * 2**20, grown / 2**20
+    assert exact_during - exact_before >= size, (exact_during - exact_before) / 2**20
+    assert during.peak_rss >= during.rss
+    assert during.peak_rss >= _proc_status_kib('VmHWM') - 2**20 >= d_low - 2**20
     assert during.mib('rss') - before.mib('rss') == pytest.approx(grown / 2**20, abs=0.1)
     del block
-    after = reader.read(3)
+    after, a_low, a_high = _read_beside(reader, 3)
+    assert _close(after, a_low, a_high), (after.rss, a_low, a_high)
     assert after.rss <= during.rss - size // 2, 'rss is the current size, not the peak'
     assert after.peak_rss >= during.rss * 0.99  # the peak remembers the block
 
