@@ -51,9 +51,9 @@ def copy_of(folder: str, tmp_path) -> str:
 
 class HealthyRun:
     """What the shared healthy run left: ``returncode``, ``out`` (stdout and stderr), ``work``
-    (its work dir), ``records`` (RankRecordHook's folder), ``beside`` (ReadBesideHook's), ``seen`` (``{(pid, ip)}`` of its
-    listening sockets) and ``hostname`` (True when it ran under a host name that resolves beyond
-    loopback; else ``why_not``)."""
+    (its work dir), ``records`` (RankRecordHook's folder), ``beside`` (ReadBesideHook's),
+    ``seen`` (``{(pid, ip)}`` of its listening sockets) and ``hostname`` (True when it ran
+    under a host name that resolves beyond loopback; else ``why_not``)."""
 
     def __init__(self, folder: str) -> None:
         import json
