@@ -254,8 +254,13 @@ def launch(config: Union[str, Config], nproc_per_node: int = 1, nnodes: int = 1,
         >>> mmddp_ext.launch('configs/demo/td-hm_res18_1xb32-30e_demo-64x64.py',
         ...                  nproc_per_node=2, args=['--work-dir', 'work_dirs/demo'])
     """
-    return launch_workers(main, [_config_path(config), *args], nproc_per_node, nnodes, node_rank,
-                          master_addr, master_port, max_restarts, run_id, start_method)
+    path = _config_path(config)
+    try:
+        return launch_workers(main, [path, *args], nproc_per_node, nnodes, node_rank, master_addr,
+                              master_port, max_restarts, run_id, start_method)
+    finally:
+        if path is not config:  # the file dumped from a Config object (restarts included)
+            os.unlink(path)
 
 
 def _config_path(config) -> str:

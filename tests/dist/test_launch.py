@@ -159,9 +159,12 @@ def test_launch_api(hostname_prefix, demo_data, tmp_path):
     """``mmddp_ext.launch()`` from Python, given a Config object and ``max_restarts=1``: rank 1
     is killed in the agent's first attempt (``tests.helpers.kill_rank``), the agent restarts
     the workers once, and then every worker returns 0; the caller's environment is as it was,
-    the data is split, and the job listens on loopback only."""
+    the data is split, the job listens on loopback only, and the config file dumped for the
+    workers is removed."""
     work = str(tmp_path / 'w')
     rec = str(tmp_path / 'rec')
+    tmp = tmp_path / 'tmp'
+    tmp.mkdir()
     # an mmengine.Config object, as the docstring allows (dumped to a file for the workers)
     code = ('import os, sys, mmddp_ext; from mmengine import Config; '
             f'cfg = Config.fromfile({recording_config(tmp_path, rec)!r}); '
@@ -171,13 +174,14 @@ def test_launch_api(hostname_prefix, demo_data, tmp_path):
             'print("RESULT", r, "|", "GLOO_SOCKET_IFNAME" in os.environ)')
     results, seen = finish_watching_sockets([
         popen(hostname_prefix + [PYTHON, '-c', code, *demo_options(demo_data, 1)],
-              env=dict(MMDDP_TEST_KILL_RANK='1', MMDDP_TEST_KILL_ATTEMPT='0'))
+              env=dict(MMDDP_TEST_KILL_RANK='1', MMDDP_TEST_KILL_ATTEMPT='0', TMPDIR=str(tmp)))
     ])
     _assert_loopback_only(seen, results)
     out = results[0][1]
     result, env_changed = out[out.rindex('RESULT ') + len('RESULT '):].splitlines()[0].split(' | ')
     assert ast.literal_eval(result) == {0: 0, 1: 0}  # {local rank: return value}, any order
     assert env_changed == 'False'
+    assert not list(tmp.glob('mmddp_launch_*.py'))  # the config file dumped for the workers
     assert osp.isfile(osp.join(work, 'epoch_1.pth'))
     records = read_records(rec)
     # the first attempt failed (rank 1 killed): the ranks that trained are the agent's restart

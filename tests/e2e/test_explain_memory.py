@@ -58,8 +58,20 @@ def test_forecast_json_holds_the_contract(forecast):
     memory = forecast['memory']
     assert set(CONTRACT) <= set(memory)
     assert set(memory['ddp_extra_mib']) == set(CAUSES)
-    for cause in memory['ddp_extra_mib'].values():
-        assert cause['value'] >= 0 and isinstance(cause['estimate'], bool) and cause['how']
+    extra = memory['ddp_extra_mib']
+    for cause in extra.values():
+        assert isinstance(cause['estimate'], bool) and cause['how']
+    # the demo on a CPU, with the lean wrapper (docs/memory.md): no bucket copy (the gradients
+    # are views of the buckets), no CUDA context to stray, one bucket in flight: DDP's default
+    # bucket_cap_mb of 25, below the 59 MiB of gradients of its 15.4 M parameters
+    assert extra['gradient_bucket_copy'][
+        'value'] == 0 and not extra['gradient_bucket_copy']['estimate']
+    assert extra['stray_contexts']['value'] == 0
+    assert extra['communication_buffers']['value'] == 25.0
+    # the interpreter and its libraries, measured before the model was built: held by one
+    # process without DDP too, and part of (not all of) the predicted peak
+    context = extra['process_context']
+    assert context['single'] and 0 < context['value'] < memory['predicted_peak_mib'][0]
     assert memory['per_device_batch_size'] == forecast['per_device_batch_size'] == 32
     # the fit went through 3 measured batches (1 warm-up step besides: at most 4 steps)
     assert [b for b, _ in memory['fit']['points']] == [8, 16, 32]

@@ -5,6 +5,7 @@ refused with the fix."""
 import copy
 import os.path as osp
 
+import pytest
 import torch
 from mmengine.testing import RunnerTestCase
 
@@ -38,9 +39,18 @@ class TestScalingHook(RunnerTestCase):
         plan = runner.scaling_plan
         self.assertEqual((plan.per_device_batch_size, plan.accumulative_counts), (3, 2))
         self.assertIn('mmddp_ext scaling plan', out)
-        self.assertIn(plan.describe(), out)
+        # global 6 on one process within the written batch of 3: 3 × accumulation 2; the toy
+        # config names no base batch
+        self.assertIn('per-GPU batch 3 × 1 GPU × accumulation 2 = global 6', out)
         ckpt = torch.load(osp.join(self.temp_dir.name, 'iter_4.pth'), weights_only=False)
-        self.assertEqual(ckpt['meta'][META_KEY], plan.to_dict())
+        saved = ckpt['meta'][META_KEY]
+        self.assertEqual((saved['world_size'], saved['per_device_batch_size'],
+                          saved['accumulative_counts'], saved['global_batch_size']), (1, 3, 2, 6))
+        # the LR of the optimizer as it was stepped, and the samples per iteration
+        self.assertEqual(
+            saved['lrs'],
+            [pytest.approx(g['initial_lr']) for g in ckpt['optimizer']['param_groups']])
+        self.assertEqual(saved['samples_per_iter'], 3)
 
     def test_resume_with_another_split_keeps_the_samples_seen(self):
         work = self.temp_dir.name

@@ -17,7 +17,10 @@ def _labels(table: str):
 
 def test_rows_hold_the_plan_its_changes_and_warnings():
     rows = dict(plan_rows(PLAN, ['train_dataloader.batch_size: 64 → 32']))
-    assert rows['plan'] == PLAN.describe()
+    # worked out from the case: 512 over 2 ranks at most 64 each is 64 × accumulation 4; the
+    # facts carry no auto_scale_lr base, so none is known and the LR stays as written
+    assert rows['plan'] == ('per-GPU batch 64 × 2 GPUs × accumulation 4 = global 512 (no base '
+                            'batch size known) → LR × 1.0')
     assert rows['learning rates'] == '0.0005'
     assert rows['iterations'].startswith('× 4: 128 samples per iteration now, 512 as written')
     assert rows['changed'] == 'train_dataloader.batch_size: 64 → 32'
