@@ -92,3 +92,12 @@ def finish_watching_sockets(procs: List[subprocess.Popen],
         p.wait(timeout=timeout)
         t.join(timeout=60)
     return [(p.returncode, ''.join(o)) for p, o in zip(procs, outs)], seen
+
+
+def assert_loopback_only(seen: Set[Tuple[int, str]], outs: List[Tuple[int, str]]) -> None:
+    """Every command ended with 0, more than one process listened (the store's and the
+    workers': gloo listens in each), and only on 127.0.0.1."""
+    for rc, out in outs:
+        assert rc == 0, out[-4000:]
+    assert len({pid for pid, _ in seen}) >= 2, f'too few processes seen listening: {seen}'
+    assert {ip for _, ip in seen} <= {'127.0.0.1'}, f'listening beyond loopback: {seen}'

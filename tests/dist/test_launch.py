@@ -7,7 +7,7 @@ import os.path as osp
 import re
 
 import pytest
-from listening import finish_watching_sockets, other_hostname_prefix
+from listening import assert_loopback_only, finish_watching_sockets, other_hostname_prefix
 
 from mmddp_ext.dist.launch import find_free_port
 
@@ -90,14 +90,6 @@ def hostname_prefix(tmp_path_factory):
     return prefix or []
 
 
-def _assert_loopback_only(seen, outs):
-    for rc, out in outs:
-        assert rc == 0, out[-4000:]
-    # the store's process and the workers (gloo listens in each): more than one process
-    assert len({pid for pid, _ in seen}) >= 2, f'too few processes seen listening: {seen}'
-    assert {ip for _, ip in seen} <= {'127.0.0.1'}, f'listening beyond loopback: {seen}'
-
-
 def test_manual_env_launch_without_local_rank(hostname_prefix, demo_data, tmp_path):
     """Two processes with hand-set RANK/WORLD_SIZE/MASTER_* (no LOCAL_RANK, no thread count):
     they derive the rest, share the cores, read disjoint halves of the data, and listen on
@@ -115,7 +107,7 @@ def test_manual_env_launch_without_local_rank(hostname_prefix, demo_data, tmp_pa
                 OMP_NUM_THREADS='')) for r in range(2)
     ]
     results, seen = finish_watching_sockets(procs)
-    _assert_loopback_only(seen, results)
+    assert_loopback_only(seen, results)
     assert results[0][1].count('single-host job: GLOO_SOCKET_IFNAME=') == 1  # rank 0 only
     assert 'single-host job' not in results[1][1]
     # no thread count chosen: the cores are shared, as torchrun would (not one per core);
@@ -176,7 +168,7 @@ def test_launch_api(hostname_prefix, demo_data, tmp_path):
         popen(hostname_prefix + [PYTHON, '-c', code, *demo_options(demo_data, 1)],
               env=dict(MMDDP_TEST_KILL_RANK='1', MMDDP_TEST_KILL_ATTEMPT='0', TMPDIR=str(tmp)))
     ])
-    _assert_loopback_only(seen, results)
+    assert_loopback_only(seen, results)
     out = results[0][1]
     result, env_changed = out[out.rindex('RESULT ') + len('RESULT '):].splitlines()[0].split(' | ')
     assert ast.literal_eval(result) == {0: 0, 1: 0}  # {local rank: return value}, any order

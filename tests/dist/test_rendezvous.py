@@ -14,7 +14,7 @@ import time
 
 import psutil
 import pytest
-from listening import other_hostname_prefix
+from listening import assert_loopback_only, other_hostname_prefix
 
 from mmddp_ext.dist import run_front
 from mmddp_ext.dist.launch import find_free_port
@@ -175,21 +175,13 @@ def other_hostname(tmp_path_factory):
     return prefix
 
 
-def _assert_loopback_only(seen, outs):
-    for rc, out in outs:
-        assert rc == 0, out[-3000:]
-    # the store's process and the workers (gloo listens in each): more than one process
-    assert len({pid for pid, _ in seen}) >= 2, f'too few processes seen listening: {seen}'
-    assert {ip for _, ip in seen} <= {'127.0.0.1'}, f'listening beyond loopback: {seen}'
-
-
 def test_dist_train_sh_listens_on_loopback_only(healthy_run):
     """The shared healthy run (``conftest.healthy_run``), under a host name that resolves to a
     non-loopback address where the machine allows it: every socket it listened on, read at
     every line it printed, is on 127.0.0.1."""
     if not healthy_run.hostname:
         pytest.skip(healthy_run.why_not)
-    _assert_loopback_only(healthy_run.seen, [(healthy_run.returncode, healthy_run.out)])
+    assert_loopback_only(healthy_run.seen, [(healthy_run.returncode, healthy_run.out)])
     name = run_front.loopback_ifname()
     assert healthy_run.out.count(f'single-host job: GLOO_SOCKET_IFNAME={name} '
                                  f'NCCL_SOCKET_IFNAME={name}') == 1  # logged once, by the front
