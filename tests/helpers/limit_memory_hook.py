@@ -5,6 +5,8 @@ from mmengine.registry import HOOKS
 
 from mmddp_ext.memory.budget import apply_budget
 
+from tests.helpers.proc_status import proc_status
+
 
 @HOOKS.register_module()
 class LimitAddressSpaceHook(Hook):
@@ -42,15 +44,6 @@ class LimitAddressSpaceHook(Hook):
             self._apply(runner)
 
 
-def _status_bytes(field: str) -> int:
-    """``VmSize`` or ``VmPeak`` of this process, from the kernel (``/proc/self/status``)."""
-    with open('/proc/self/status') as f:
-        for line in f:
-            if line.startswith(field + ':'):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f'no {field} in /proc/self/status')
-
-
 @HOOKS.register_module()
 class LimitBelowStepHook(Hook):
     """On ``rank``, measure what one training step allocates and then cap the address space
@@ -82,13 +75,14 @@ class LimitBelowStepHook(Hook):
 
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
         if runner.rank == self.rank and 1 <= runner.iter <= self.apply_after:
-            self._start = (_status_bytes('VmSize'), _status_bytes('VmPeak'))
+            now = proc_status('VmSize', 'VmPeak')
+            self._start = (now['VmSize'], now['VmPeak'])
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         if runner.rank != self.rank or not 1 <= runner.iter <= self.apply_after:
             return
         size, peak_before = self._start
-        peak = _status_bytes('VmPeak')
+        peak = proc_status('VmPeak')['VmPeak']
         if peak > peak_before:  # this step reached a new peak: its transient is measured
             self.transient = max(self.transient, peak - size)
         if runner.iter == self.apply_after:

@@ -15,13 +15,7 @@ import sys
 import psutil
 import torch
 
-
-def vm_peak() -> int:
-    with open('/proc/self/status') as f:
-        for line in f:
-            if line.startswith('VmPeak:'):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError('no VmPeak in /proc/self/status')
+from tests.helpers.proc_status import proc_status
 
 
 def main() -> None:
@@ -40,7 +34,7 @@ def main() -> None:
     peaks = {}
     for batch in (small, large):
         assert trials.fits(batch), f'a trial at {batch} did not fit under a 64 GiB budget'
-        peaks[batch] = vm_peak()
+        peaks[batch] = proc_status('VmPeak')['VmPeak']
     with open(out, 'w') as f:
         json.dump(dict(at_import=at_import, small=peaks[small], large=peaks[large]), f)
 

@@ -10,23 +10,13 @@ readings of ``VmRSS`` and ``VmHWM`` from ``/proc/self/status``, appended as
 import json
 import os
 import os.path as osp
-from typing import Dict
 
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from mmddp_ext.hooks import RankMemoryHook
 
-
-def proc_status() -> Dict[str, int]:
-    """``{'VmRSS': bytes, 'VmHWM': bytes}`` of this process, from /proc/self/status."""
-    out = {}
-    with open('/proc/self/status') as f:
-        for line in f:
-            key = line.split(':', 1)[0]
-            if key in ('VmRSS', 'VmHWM'):
-                out[key] = int(line.split()[1]) * 1024
-    return out
+from tests.helpers.proc_status import proc_status
 
 
 @HOOKS.register_module()
@@ -47,9 +37,9 @@ class ReadBesideHook(Hook):
         path = osp.join(self.out_dir, f'beside_rank{runner.rank}.jsonl')
 
         def read(it):
-            low = proc_status()
+            low = proc_status('VmRSS', 'VmHWM')
             sample = real(it)
-            high = proc_status()
+            high = proc_status('VmRSS', 'VmHWM')
             with open(path, 'a') as f:
                 f.write(
                     json.dumps(

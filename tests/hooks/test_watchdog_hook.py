@@ -15,6 +15,7 @@ from mmddp_ext.progress import read_ranks, stacks_path
 from mmddp_ext.stacks import main_frames, parse_dump
 
 from tests.helpers import toy_hang
+from tests.helpers.proc_status import proc_status
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -39,12 +40,6 @@ def test_bad_arguments_name_the_value(kwargs, name):
         HangWatchdogHook(**kwargs)
 
 
-def vm_rss() -> int:
-    """This process's VmRSS from /proc/self/status, in bytes (the kernel's counter, no psutil)."""
-    with open('/proc/self/status') as f:
-        return next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith('VmRSS:'))
-
-
 @HOOKS.register_module(force=True)
 class VmRssProbeHook(Hook):
     """Reads /proc's VmRSS at ``after_run``; placed just before and just after the watchdog
@@ -53,7 +48,7 @@ class VmRssProbeHook(Hook):
     priority = 'VERY_HIGH'
 
     def after_run(self, runner) -> None:
-        self.rss = vm_rss()
+        self.rss = proc_status('VmRSS')['VmRSS']
 
 
 class TestProgress(RunnerTestCase):

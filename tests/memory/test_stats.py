@@ -6,6 +6,8 @@ import torch
 
 from mmddp_ext.memory.stats import MemoryReader
 
+from tests.helpers.proc_status import proc_status
+
 
 def test_cpu_sample_has_host_numbers_only():
     sample = MemoryReader(3, 'cpu').read(7)
@@ -15,16 +17,6 @@ def test_cpu_sample_has_host_numbers_only():
     assert sample.device_total is None
     assert 0 < sample.rss <= sample.peak_rss
     assert sample.mib('rss') == round(sample.rss / 2**20, 1)
-
-
-def _proc_status_kib(field: str) -> int:
-    """``field`` of /proc/self/status (VmRSS, VmHWM), in bytes: the kernel's own counter, read
-    without psutil."""
-    with open('/proc/self/status') as f:
-        for line in f:
-            if line.startswith(field + ':'):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f'no {field} in /proc/self/status')
 
 
 def _smaps_rss() -> int:
@@ -39,9 +31,9 @@ def _smaps_rss() -> int:
 
 def _read_beside(reader, it):
     """The reader's sample, bracketed by /proc's VmRSS read just before and just after it."""
-    low = _proc_status_kib('VmRSS')
+    low = proc_status('VmRSS')['VmRSS']
     sample = reader.read(it)
-    high = _proc_status_kib('VmRSS')
+    high = proc_status('VmRSS')['VmRSS']
     return sample, low, high
 
 
@@ -73,7 +65,7 @@ def test_cpu_rss_follows_a_known_allocation():
     assert d_low - b_high - 2 * 2**20 <= grown <= d_high - b_low + 2 * 2**20, grown / 2**20
     assert exact_during - exact_before >= size, (exact_during - exact_before) / 2**20
     assert during.peak_rss >= during.rss
-    assert during.peak_rss >= _proc_status_kib('VmHWM') - 2**20 >= d_low - 2**20
+    assert during.peak_rss >= proc_status('VmHWM')['VmHWM'] - 2**20 >= d_low - 2**20
     assert during.mib('rss') - before.mib('rss') == pytest.approx(grown / 2**20, abs=0.1)
     del block
     after, a_low, a_high = _read_beside(reader, 3)
