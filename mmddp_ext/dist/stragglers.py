@@ -15,7 +15,7 @@ slow GPU may go unnamed. See docs/memory.md.
 """
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 MIN_SHARE = 0.1  # an excess below this share of the iteration is not worth a warning
@@ -153,17 +153,14 @@ class StragglerWatch:
         """The straggler to warn about now, or None."""
         found = find_straggler(samples, self.factor)
         key = None if found is None else (found.rank, found.part)
-        self._count = self._count + 1 if key is not None and key == self._streak else int(
-            key is not None)
+        self._count = self._count + 1 if key == self._streak else 1
         self._streak = key
         if key is None or self._count < self.patience or key in self._named:
             return None
         self._named.add(key)
         if self.patience == 1:
             return found
-        return Straggler(found.rank, found.host, found.part, found.seconds, found.others,
-                         found.iter_time, f'{found.message} (slow in {self._count} samples '
-                         'in a row)')
+        return replace(found, message=f'{found.message} (slow in {self._count} samples in a row)')
 
 
 def find_straggler(samples: Sequence[Mapping[str, Any]], factor: float,
