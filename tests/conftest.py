@@ -165,6 +165,18 @@ def check_ok(proc) -> str:
 PYTHON = sys.executable
 
 
+def assert_not_trained(out: str) -> None:
+    """The run stopped before its first training iteration."""
+    assert 'Epoch(train)' not in out and 'Iter(train)' not in out, out[-3000:]
+
+
+def assert_no_debris(work_dir) -> None:
+    """No checkpoint and no half-written file anywhere under ``work_dir``."""
+    import glob
+    assert not glob.glob(osp.join(str(work_dir), '**', '*.pth'), recursive=True)
+    assert not glob.glob(osp.join(str(work_dir), '**', '.*.part'), recursive=True)
+
+
 def demo_with_hooks(tmp_path, hooks: str, modules=(), name: str = 'demo_hooks.py') -> str:
     """A config file: the demo plus ``custom_hooks`` (Python source of the list's items) and
     the test-helper modules that define them."""

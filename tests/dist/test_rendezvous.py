@@ -4,7 +4,6 @@ front's helpers in-process are in ``test_run_front.py``.
 
 Waits are set short through MMDDP_RENDEZVOUS_TIMEOUT / MMDDP_RENDEZVOUS_LOG_EVERY; the
 ``timeout`` of each command only stops a test that would otherwise hang."""
-import glob
 import json
 import os
 import os.path as osp
@@ -19,7 +18,8 @@ from listening import assert_loopback_only, other_hostname_prefix
 from mmddp_ext.dist import run_front
 from mmddp_ext.dist.launch import find_free_port
 
-from conftest import DEMO_CONFIG, PYTHON, demo_options, finish, popen, run
+from conftest import (DEMO_CONFIG, PYTHON, assert_no_debris, assert_not_trained, demo_options,
+                      finish, popen, run)
 
 HANG_GUARD = 600
 TIMEOUT, LOG_EVERY = 8, 2  # the rendezvous bound and the log interval the tests set
@@ -30,13 +30,6 @@ TRAIN = [PYTHON, 'tools/dist_train.py']
 
 def _lines(out: str, prefix: str):
     return [ln for ln in out.splitlines() if ln.startswith(prefix)]
-
-
-def _nothing_left(out: str, work) -> None:
-    """The run stopped before its first training iteration and left no checkpoint."""
-    assert 'Epoch(train)' not in out and 'Iter(train)' not in out, out[-3000:]
-    assert not glob.glob(osp.join(str(work), '**', '*.pth'), recursive=True)
-    assert not glob.glob(osp.join(str(work), '**', '.*.part'), recursive=True)
 
 
 def _held_port():
@@ -91,7 +84,8 @@ def test_hand_set_rank_0_names_the_port_holder(tmp_path):
     assert f'by pid {os.getpid()} (' in line and 'choose a free port for every process' in line
     suggested = int(line.rsplit('e.g. MASTER_PORT=', 1)[1].split()[0].rstrip('.,;)'))
     assert suggested != port and 0 < suggested < 65536
-    _nothing_left(out, tmp_path)
+    assert_not_trained(out)
+    assert_no_debris(tmp_path)
 
 
 # ---------------------------------------------------------------- an unreachable master
@@ -159,7 +153,8 @@ def test_hand_set_ranks_say_what_they_wait_for(tmp_path, rank, pattern, error):
     [line] = _lines(out, '[mmddp_ext] error:')
     # it gave up after the configured wait, not torch's default of 30 minutes (or ours, 300 s)
     assert error.format(port=port, timeout=TIMEOUT) in line
-    _nothing_left(out, tmp_path)
+    assert_not_trained(out)
+    assert_no_debris(tmp_path)
 
 
 # ---------------------------------------------------------------- loopback means loopback

@@ -4,9 +4,7 @@ that names the value and the fix, and leaves no checkpoint or half-written file 
 No wall-clock bounds: "ends early" is checked by what did not happen (no training iteration,
 no checkpoint) and by the waits the messages report (the configured rendezvous timeout);
 ``HANG_GUARD`` only stops a test that would otherwise hang."""
-import glob
 import math
-import os.path as osp
 import time
 
 import pytest
@@ -14,7 +12,8 @@ import pytest
 from mmddp_ext.dist.launch import find_free_port
 from mmddp_ext.train import main
 
-from conftest import DEMO_CONFIG, PYTHON, demo_options, finish, popen
+from conftest import (DEMO_CONFIG, PYTHON, assert_no_debris, assert_not_trained, demo_options,
+                      finish, popen)
 
 pytestmark = pytest.mark.slow
 TRAIN = [PYTHON, 'tools/dist_train.py']
@@ -22,18 +21,8 @@ HANG_GUARD = 600  # seconds; far beyond any of these runs (pytest-timeout: 900)
 RENDEZVOUS_TIMEOUT = 5
 
 
-def _not_trained(out: str) -> None:
-    """The run stopped before its first training iteration."""
-    assert 'Epoch(train)' not in out and 'Iter(train)' not in out, out[-3000:]
-
-
 def _error_lines(out: str, prefix: str = '[mmddp_ext] error:'):
     return [ln for ln in out.splitlines() if ln.startswith(prefix)]
-
-
-def _no_debris(work_dir: str) -> None:
-    assert not glob.glob(osp.join(work_dir, '**', '*.pth'), recursive=True)
-    assert not glob.glob(osp.join(work_dir, '**', '.*.part'), recursive=True)
 
 
 # (case id, command after the config, env, words the single error line must contain)
@@ -81,12 +70,12 @@ def test_one_line_error(name, cmd, options, env, words, demo_data, tmp_path, mon
         cmd = [c.replace('{config}', DEMO_CONFIG) for c in cmd]
         [(rc, out)] = finish([popen(cmd + args, env=env)], timeout=HANG_GUARD)
     assert rc != 0
-    _not_trained(out)
+    assert_not_trained(out)
     lines = _error_lines(out)
     assert lines and len(set(lines)) == 1, out[-3000:]  # one line (the same on every rank)
     for w in words:
         assert w in lines[0]
-    _no_debris(work)
+    assert_no_debris(work)
 
 
 @pytest.mark.parametrize('cmd, line', [
@@ -139,8 +128,8 @@ def test_world_size_larger_than_the_processes_started(rendezvous_timeout_for_two
     assert f'within {timeout} s' in line  # the configured wait, then it gave up
     for _, out in outs:
         assert len(_error_lines(out)) == 1  # rank 1 says why as well
-        _not_trained(out)
-    _no_debris(str(tmp_path))
+        assert_not_trained(out)
+    assert_no_debris(str(tmp_path))
 
 
 def test_missing_data_on_one_node_only(demo_data, tmp_path):
@@ -160,8 +149,8 @@ def test_missing_data_on_one_node_only(demo_data, tmp_path):
     # both nodes stop (node 0's ranks are not left waiting for ranks that never come)
     assert all(rc != 0 for rc, _ in outs)
     for _, out in outs:
-        _not_trained(out)
+        assert_not_trained(out)
     [(_, diag)] = finish([popen([PYTHON, '-m', 'mmddp_ext.diagnose', work])], timeout=HANG_GUARD)
     assert 'first failing rank: 2' in diag or 'first failing rank: 3' in diag, diag
     assert 'Annotation file' in diag and 'no_data' in diag
-    _no_debris(work)
+    assert_no_debris(work)
