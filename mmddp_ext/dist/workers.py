@@ -11,6 +11,7 @@ in the rank (a forked worker inherits it and would write into the rank's dump).
 """
 import ctypes
 import faulthandler
+import functools
 import os
 import signal
 import sys
@@ -39,24 +40,37 @@ def die_with_parent(parent_pid: int) -> bool:
     return True
 
 
-class WorkerInit:
-    """A DataLoader ``worker_init_fn`` that ties the worker's life to its rank, then calls
-    the original one (picklable, so it works with every multiprocessing start method).
+def _no_init(worker_id: int) -> None:
+    """The worker init of a loader that had none."""
 
-    Args:
-        fn: the loader's own ``worker_init_fn`` (MMEngine's seeding), or None.
+
+class WorkerInit(functools.partial):
+    """A DataLoader ``worker_init_fn`` that ties the worker's life to its rank, then calls
+    the loader's own one.
+
+    It is a :class:`functools.partial` of that function, as MMEngine's ``build_dataloader``
+    makes it: ``.func``, ``.args`` and ``.keywords`` are the loader's own (code that reads
+    ``dataloader.worker_init_fn.func`` still finds MMEngine's seeding or the config's
+    function), and it pickles with every multiprocessing start method.
     """
 
-    def __init__(self, fn: Optional[Callable[[int], Any]] = None) -> None:
-        self.fn = fn
-        self.parent_pid = os.getpid()
+    parent_pid: int
 
-    def __call__(self, worker_id: int) -> None:
+    @classmethod
+    def around(cls, fn: Optional[Callable[..., Any]]) -> 'WorkerInit':
+        """The tied version of ``fn`` (a partial is unwrapped into this one; None: no init)."""
+        if isinstance(fn, functools.partial):
+            tied = cls(fn.func, *fn.args, **fn.keywords)
+        else:
+            tied = cls(fn if fn is not None else _no_init)
+        tied.parent_pid = os.getpid()
+        return tied
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         die_with_parent(self.parent_pid)
         if hasattr(signal, 'SIGTERM'):
             faulthandler.unregister(signal.SIGTERM)
-        if self.fn is not None:
-            self.fn(worker_id)
+        return super().__call__(*args, **kwargs)
 
 
 def tie_workers(dataloader: Any) -> Any:
@@ -67,5 +81,5 @@ def tie_workers(dataloader: Any) -> Any:
     """
     if getattr(dataloader, 'num_workers',
                0) and not isinstance(getattr(dataloader, 'worker_init_fn', None), WorkerInit):
-        dataloader.worker_init_fn = WorkerInit(dataloader.worker_init_fn)
+        dataloader.worker_init_fn = WorkerInit.around(dataloader.worker_init_fn)
     return dataloader

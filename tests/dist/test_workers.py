@@ -58,6 +58,30 @@ def test_tie_wraps_once_and_only_loaders_with_workers():
     from torch.utils.data import DataLoader
     loader = DataLoader([1, 2], num_workers=2)
     tie_workers(tie_workers(loader))
-    assert isinstance(loader.worker_init_fn, WorkerInit) and loader.worker_init_fn.fn is None
+    assert isinstance(loader.worker_init_fn, WorkerInit)
+    assert loader.worker_init_fn.func is not None  # a no-op: the worker only gets tied
     inline = DataLoader([1, 2], num_workers=0)
     assert tie_workers(inline).worker_init_fn is None
+
+
+def test_tied_init_keeps_the_partial_mmengine_built():
+    """MMEngine's build_dataloader makes ``worker_init_fn`` a ``functools.partial`` (its seeding,
+    or the config's function); the tied one still exposes it (``.func``, ``.args``,
+    ``.keywords``) and survives pickling (spawn). That it runs in each worker is
+    ``test_workers_of_a_killed_rank_die_with_it``'s (calling it here would tie this process)."""
+    import functools
+    import pickle
+
+    from torch.utils.data import DataLoader
+    own = functools.partial(_record, 'a', seed=7)
+    loader = tie_workers(DataLoader([1, 2], num_workers=2, worker_init_fn=own))
+    tied = loader.worker_init_fn
+    assert isinstance(tied, functools.partial) and tied is not own
+    assert (tied.func, tied.args, tied.keywords) == (_record, ('a', ), dict(seed=7))
+    copy = pickle.loads(pickle.dumps(tied))
+    assert isinstance(copy, WorkerInit) and copy.parent_pid == tied.parent_pid == os.getpid()
+    assert (copy.func, copy.args, copy.keywords) == (_record, ('a', ), dict(seed=7))
+
+
+def _record(tag, worker_id, seed):
+    return tag, worker_id, seed
