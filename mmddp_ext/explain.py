@@ -24,7 +24,8 @@ from .memory.nvml import NvmlProcessTableReader
 from .runner.batch_finder import reserve_bytes
 from .runner.ddp_runner import plans
 from .runner.trials import measure_steps
-from .scaling.apply import apply_plan, plan_for_config, scaling_of
+from .scaling.apply import CheckedScaling, apply_plan, plan_for_config, scaling_of
+from .scaling.config import ScalingConfig
 from .scaling.plan import ScalingPlan
 from .scaling.report import plan_table
 from .utils.units import MIB
@@ -43,9 +44,11 @@ def _loop(cfg: Any) -> Dict[str, Any]:
                 max_iters=train_cfg.get('max_iters'))
 
 
-def explain(cfg: Any, world_size: int, env: DistEnv) -> Dict[str, Any]:
-    """The plan for ``world_size`` processes and the config it leads to, as a dict."""
-    plan: ScalingPlan = plan_for_config(cfg, world_size)
+def explain(cfg: Any, world_size: int, env: DistEnv,
+            checked: Optional[CheckedScaling] = None) -> Dict[str, Any]:
+    """The plan for ``world_size`` processes and the config it leads to, as a dict
+    (``checked``: the block and plan the entry checked already, else planned here)."""
+    plan: ScalingPlan = checked.plan if checked is not None else plan_for_config(cfg, world_size)
     applied = copy.deepcopy(cfg)
     changes = apply_plan(applied, plan)
     out = plan.to_dict()
@@ -123,9 +126,10 @@ def _stray(device: Any, ranks_per_node: int) -> Cause:
     return Cause('stray_contexts', max(per_rank), not seen_self, how, per_rank=tuple(per_rank))
 
 
-def _ddp_causes(cfg: Any, cuda: bool, grad_mib: float) -> List[Cause]:
+def _ddp_causes(cfg: Any, cuda: bool, grad_mib: float,
+                scaling: Optional[ScalingConfig] = None) -> List[Cause]:
     """What the DDP wrapper the run would build adds per rank."""
-    policy = scaling_of(cfg).oom_policy
+    policy = (scaling or scaling_of(cfg)).oom_policy
     wrapper = ddp_wrapper_cfg(cfg, cuda, 0, policy)
     kind = wrapper.get('type', 'MMDistributedDataParallel')
     bucket_mib = min(float(wrapper.get('bucket_cap_mb', 25)), grad_mib)
@@ -148,10 +152,12 @@ def _ddp_causes(cfg: Any, cuda: bool, grad_mib: float) -> List[Cause]:
 
 
 def forecast_memory(cfg: Any, world_size: int, batch: int, nnodes: int = 1,
-                    device_memory: Optional[str] = None) -> Forecast:
+                    device_memory: Optional[str] = None,
+                    checked: Optional[CheckedScaling] = None) -> Forecast:
     """Measure one process and forecast every rank of ``world_size`` at per-device ``batch``
     (see :mod:`mmddp_ext.memory.forecast`). Runs a few real training steps on this machine's
-    device (the current GPU, else the CPU).
+    device (the current GPU, else the CPU). ``checked``: the parsed ``scaling`` block, when
+    the entry has it.
 
     Raises:
         ForecastError: a bad ``device_memory``, or a device below the fixed memory.
@@ -171,7 +177,8 @@ def forecast_memory(cfg: Any, world_size: int, batch: int, nnodes: int = 1,
         Cause('process_context', measured.context_bytes / MIB, False,
               f'{kind}: {measured.context_how}', single=True)
     ]
-    causes += _ddp_causes(cfg, cuda, measured.grad_bytes / MIB)
+    causes += _ddp_causes(cfg, cuda, measured.grad_bytes / MIB,
+                          checked.scaling if checked is not None else None)
     causes.append(_stray(device, ranks_per_node))
     reserve = reserve_bytes(Budget(str(device), int(device_mib * MIB), device_how)) / MIB
     return build_forecast(fit, causes, device_mib, device_how, reserve, world_size, batch,

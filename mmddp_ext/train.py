@@ -22,7 +22,7 @@ from .errors import UserError
 from .failures import clear_failure, record_failure
 from .hooks.preemption_hook import STOPPED_EXIT_CODE, TrainingStopped
 from .progress import stderr_path
-from .scaling.apply import check_runtime_for_config, plan_for_config, scaling_of
+from .scaling.apply import CheckedScaling, check_scaling
 from .stderr_copy import keep_stderr
 from .utils.config import load_config
 
@@ -69,26 +69,34 @@ def check_runner_type(cfg: Config) -> None:
                         'mmddp_ext::_base_/ddp_runtime.py), or remove the scaling block')
 
 
-def check_config(cfg: Config, world_size: int, distributed: bool) -> None:
+def check_config(cfg: Config, world_size: int, distributed: bool) -> Optional[CheckedScaling]:
     """What training refuses, refused before any rendezvous (and by ``--explain`` alike):
     a bad ``runner_type``, a ``scaling`` block the runner ignores, a bad ``scaling`` block,
-    settings this machine cannot honour."""
+    settings this machine cannot honour. Returns the checked block and its plan when the
+    runner plans (for :func:`build_runner`, which then does not parse or plan again)."""
     from .runner.ddp_runner import plans
     check_runner_type(cfg)
     if plans(cfg.get('runner_type')):
-        scaling = scaling_of(cfg)
-        plan_for_config(cfg, world_size, scaling=scaling)
-        check_runtime_for_config(cfg, _visible_gpus() > 0, distributed, scaling)
+        return check_scaling(cfg, world_size, _visible_gpus() > 0, distributed)
+    return None
 
 
-def build_runner(cfg: Config):
+def build_runner(cfg: Config, checked: Optional[CheckedScaling] = None):
     """``RUNNERS.build`` when the config names a ``runner_type`` (MMPose ignores it), else the
-    stock ``Runner.from_cfg``."""
+    stock ``Runner.from_cfg``; a runner that plans gets what :func:`check_config` checked
+    (when its ``from_cfg`` takes ``checked``, as :class:`~mmddp_ext.runner.DDPRunner`'s does)."""
+    import inspect
+
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
-    if 'runner_type' in cfg:
-        return RUNNERS.build(cfg)
-    return Runner.from_cfg(cfg)
+
+    from .runner.ddp_runner import runner_class
+    if 'runner_type' not in cfg:
+        return Runner.from_cfg(cfg)
+    cls = runner_class(cfg.runner_type)
+    if checked is not None and 'checked' in inspect.signature(cls.from_cfg).parameters:
+        return cls.from_cfg(cfg, checked=checked)  # what RUNNERS.build does, plus the plan
+    return RUNNERS.build(cfg)
 
 
 def failure_context(runner, env: DistEnv, cfg: Optional[Config] = None) -> dict:
@@ -149,7 +157,7 @@ def _train(args: argparse.Namespace, env: DistEnv) -> int:
     try:
         cfg = build_config(args, env)
         work_dir = cfg.work_dir
-        check_config(cfg, env.world_size, env.distributed)  # before any rendezvous
+        checked = check_config(cfg, env.world_size, env.distributed)  # before any rendezvous
         clear_failure(work_dir, env.rank)
         if env.distributed:  # what a rank that aborts in native code says is kept
             keep_stderr(stderr_path(work_dir, env.rank))
@@ -167,7 +175,7 @@ def _train(args: argparse.Namespace, env: DistEnv) -> int:
             # a stock runner: the lean DDP wrapper (DDPRunner decides its own in from_cfg)
             cfg.model_wrapper_cfg = model_wrapper_for(cfg, True, local_rank=env.local_rank)
         notes += ensure_process_group(env.launcher, cfg.get('env_cfg', {}).get('dist_cfg'), env)
-        runner = build_runner(cfg)
+        runner = build_runner(cfg, checked)
         for note in notes:
             print_log(f'[mmddp_ext] {note}', logger='current')
         runner.train()
@@ -196,11 +204,11 @@ def _explain(args: argparse.Namespace) -> int:
         from .memory.forecast import parse_size
         parse_size(args.device_memory)  # a bad value fails before anything is measured
     cfg = build_config(args)
-    check_config(cfg, world, world > 1)
-    info = explain(cfg, world, env)
+    checked = check_config(cfg, world, world > 1)
+    info = explain(cfg, world, env, checked)
     if args.memory or args.device_memory is not None:
         info['memory_forecast'] = forecast_memory(cfg, world, info['per_device_batch_size'],
-                                                  env.nnodes, args.device_memory)
+                                                  env.nnodes, args.device_memory, checked)
     print(render(info, args.json), flush=True)
     return 0
 

@@ -47,12 +47,15 @@ def _seconds(name: str, default: float) -> float:
         raise DistEnvError(str(e)) from None
 
 
-def read_launch_env(launcher: Optional[str] = None, num_gpus: int = 0,
+def read_launch_env(launcher: Optional[str] = None, num_gpus: Optional[int] = None,
                     environ: Optional[Mapping[str, str]] = None) -> DistEnv:
-    """:func:`~mmddp_ext.dist.env.read_dist_env` of ``environ`` (default ``os.environ``); under
-    Slurm with the address of the step's first node asked from Slurm
-    (:func:`mmddp_ext.dist.slurm.master_addr`: its ``NodeAddr``, which every node reaches)."""
+    """:func:`~mmddp_ext.dist.env.read_dist_env` of ``environ`` (default ``os.environ``) with
+    ``num_gpus`` (default: the GPUs visible to this process), the one rule for this rank's
+    layout (a missing ``LOCAL_RANK`` is derived from the GPU count); under Slurm with the
+    address of the step's first node asked from Slurm (:func:`mmddp_ext.dist.slurm.master_addr`:
+    its ``NodeAddr``, which every node reaches)."""
     environ = os.environ if environ is None else environ
+    num_gpus = gpus().count() if num_gpus is None else num_gpus
     launcher = launcher or detect_launcher(environ)
     addr = slurm.master_addr(environ) if launcher == 'slurm' else None
     return read_dist_env(environ, launcher, num_gpus, slurm_master_addr=addr)

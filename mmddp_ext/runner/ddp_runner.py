@@ -57,13 +57,12 @@ from mmengine.runner import Runner
 from ..checkpoint import (DISK_FULL, disk_full_error, from_plain, guard_checkpoint_hook,
                           nonfinite_tensors, previous_checkpoint, refusal, to_plain)
 from ..dist.agree import agree_or_stop, view_of
-from ..dist.env import read_dist_env
-from ..dist.launch import ensure_process_group
+from ..dist.launch import ensure_process_group, read_launch_env
 from ..dist.workers import tie_workers
 from ..dist.wrapper import batchnorm_for_cpu, ddp_param_names, model_wrapper_for
 from ..gpu import gpus, rank_device
 from ..memory.budget import apply_budget
-from ..scaling.apply import apply_plan, check_runtime_for_config, plan_for_config
+from ..scaling.apply import CheckedScaling, apply_plan, check_scaling, plan_for_config
 from ..scaling.config import ScalingConfig
 from ..utils.io import commit
 from ..utils.quiet import quiet_logger, quiet_warnings
@@ -91,12 +90,12 @@ def _disk_usage(path: str) -> Optional[Tuple[int, int]]:
 
 def _layout(launcher: str) -> Tuple[int, int]:
     """``(world size, this rank's index on its node)``: from the process group once one exists
-    (``LOCAL_RANK``, which we set when we start one), else from the launcher's variables, read
-    once (a missing ``LOCAL_RANK`` derived as :func:`~mmddp_ext.dist.env.read_dist_env` does)."""
+    (``LOCAL_RANK``, which we set when we start one), else from the launcher's variables by the
+    entry's own rule (:func:`~mmddp_ext.dist.launch.read_launch_env`)."""
     import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(), int(os.environ.get('LOCAL_RANK', 0))
-    env = read_dist_env(os.environ, launcher, num_gpus=gpus().count())
+    env = read_launch_env(launcher)
     return env.world_size, env.local_rank
 
 
@@ -113,8 +112,8 @@ def _init_process_group(launcher: str, env_cfg: Optional[dict]) -> None:
         print_log(f'[mmddp_ext] {note}', logger='current')
 
 
-def _measure(cfg: Any, scaling: ScalingConfig, launcher: str,
-             world_size: int) -> Tuple[Optional[int], Optional[tuple], Any]:
+def _measure(cfg: Any, checked: CheckedScaling,
+             launcher: str) -> Tuple[Optional[int], Optional[tuple], Any]:
     """Apply ``scaling.memory_budget_mib`` and, for ``max_batch_per_device='auto'``, measure
     the per-device batch that fits on every rank (:mod:`mmddp_ext.runner.batch_finder`).
 
@@ -122,6 +121,7 @@ def _measure(cfg: Any, scaling: ScalingConfig, launcher: str,
         The measured batch (or None), where it is stored, ``(path, key)`` (or None), and
         what this rank held between the trials (a ``TrialBaseline``, or None).
     """
+    scaling, world_size = checked.scaling, checked.world_size
     if scaling.memory_budget_mib is None and not scaling.probe:
         return None, None, None
     # first: it pins this rank's GPU, so the device below is LOCAL_RANK's and not GPU 0
@@ -131,8 +131,9 @@ def _measure(cfg: Any, scaling: ScalingConfig, launcher: str,
     if not scaling.probe:
         return None, None, None
     from .batch_finder import cache_location, find_max_batch
-    loose = plan_for_config(cfg, world_size, max_batch_per_device=2**31, scaling=scaling)
-    upper = loose.per_device_batch_size * loose.accumulative_counts
+
+    # the samples per rank per step: what a per-device batch can be at most, whatever the cap
+    upper = checked.plan.per_device_batch_size * checked.plan.accumulative_counts
     found, baseline = find_max_batch(cfg, world_size, upper, budget, scaling.memory_budget_mib,
                                      device)
     return found.max_batch, cache_location(cfg, world_size, upper, device,
@@ -191,30 +192,33 @@ class DDPRunner(Runner):
     trial_baseline = None
 
     @classmethod
-    def from_cfg(cls, cfg: Any) -> 'DDPRunner':
+    def from_cfg(cls, cfg: Any, checked: Optional[CheckedScaling] = None) -> 'DDPRunner':
         """Plan, apply the plan to a copy of ``cfg``, then build the Runner.
 
-        A config without training parts (see :func:`trains`) is built unplanned, as
-        MMEngine's Runner builds it (the ``scaling`` block does not apply); distributed
-        runs still get the lean DDP wrapper and our hooks.
+        ``checked``: what the entry point parsed, checked and planned already for this world
+        size (:func:`~mmddp_ext.scaling.apply.check_scaling`; ``tools/dist_train.py`` passes
+        it); without it that is done here. A config without training parts (see
+        :func:`trains`) is built unplanned, as MMEngine's Runner builds it (the ``scaling``
+        block does not apply); distributed runs still get the lean DDP wrapper and our hooks.
         """
         cfg = copy.deepcopy(cfg if isinstance(cfg, Config) else Config(cfg))
         launcher = cfg.get('launcher', 'none')
         world_size, local_rank = _layout(launcher)
         training = trains(cfg)
-        if training:
-            scaling = check_runtime_for_config(cfg, gpus().available(), launcher != 'none')
-        else:  # nothing to train: nothing to plan, nothing to measure
-            scaling = ScalingConfig()
         distributed = launcher != 'none'
+        if training and (checked is None or checked.world_size != world_size):
+            checked = check_scaling(cfg, world_size, gpus().available(), distributed)
+        # nothing to train: nothing to plan, nothing to measure
+        scaling = checked.scaling if training else ScalingConfig()
         wrapper = model_wrapper_for(cfg, distributed, scaling.oom_policy,
                                     guard_by_default=scaling.on_oom is None, local_rank=local_rank)
         if wrapper is not None:
             cfg.model_wrapper_cfg = wrapper
         plan, changes, stored, baseline = None, [], None, None
         if training:
-            measured, stored, baseline = _measure(cfg, scaling, launcher, world_size)
-            plan = plan_for_config(cfg, world_size, max_batch_per_device=measured, scaling=scaling)
+            measured, stored, baseline = _measure(cfg, checked, launcher)
+            plan = checked.plan if measured is None else plan_for_config(
+                cfg, world_size, max_batch_per_device=measured, scaling=scaling)
             changes = apply_plan(cfg, plan)
         hooks = list(cfg.get('custom_hooks') or [])
         for default in DEFAULT_HOOKS:

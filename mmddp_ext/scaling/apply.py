@@ -1,7 +1,8 @@
 """Read :class:`ConfigFacts` from an MMEngine config and apply a :class:`ScalingPlan` to it.
 
-The one place where the ``scaling`` block is parsed (:func:`plan_for_config`) and the one place
-where a plan changes a config (:func:`apply_plan`). What changes:
+A run parses its ``scaling`` block and plans once (:func:`check_scaling`, before any
+rendezvous; the runner reuses the result), and :func:`apply_plan` is where a plan changes a
+config. What changes:
 
 * ``train_dataloader.batch_size`` ← per-device batch;
 * ``optim_wrapper.accumulative_counts`` ← accumulation;
@@ -13,6 +14,7 @@ where a plan changes a config (:func:`apply_plan`). What changes:
   when it counts iterations. Epoch-based quantities stay.
 """
 import os.path as osp
+from dataclasses import dataclass
 from typing import Any, List, Optional
 
 from ..errors import ScalingError
@@ -98,6 +100,29 @@ def plan_for_config(cfg: Any, world_size: int, auto_scale_lr_flag: bool = False,
         raise
     except ValueError as e:
         raise ScalingError(str(e)) from e
+
+
+@dataclass(frozen=True)
+class CheckedScaling:
+    """A config's ``scaling`` block parsed and checked, and the plan made from it for
+    ``world_size`` processes (with ``max_batch_per_device='auto'``: before measuring)."""
+
+    world_size: int
+    scaling: ScalingConfig
+    plan: ScalingPlan
+
+
+def check_scaling(cfg: Any, world_size: int, cuda: bool, distributed: bool) -> CheckedScaling:
+    """Parse ``cfg.scaling``, plan for ``world_size`` and check that this run can honour the
+    block: the one pass every entry makes before any rendezvous.
+
+    Raises:
+        ScalingError: naming the key or setting, the value and the fix.
+    """
+    scaling = scaling_of(cfg)
+    plan = plan_for_config(cfg, world_size, scaling=scaling)
+    check_runtime_for_config(cfg, cuda, distributed, scaling)
+    return CheckedScaling(world_size, scaling, plan)
 
 
 def _set(changes: List[str], holder: Any, key: str, value: Any, where: str,
