@@ -70,8 +70,12 @@ def test_two_process_run_logs_writes_and_plots(healthy_run):
             assert (s['rss'], s['peak_rss']) == (b['rss'], b['peak_rss'])  # that very reading
             assert min(b['rss_low'], b['rss_high']) - MIB <= s['rss'] <= \
                 max(b['rss_low'], b['rss_high']) + MIB, (s, b)
-            # ... and the peak is the process's high-water mark, not the current size
-            assert s['peak_rss'] >= b['hwm_low'] - MIB, (s, b)
+            # ... and the peak is the process's high-water mark, not the current size. Linux
+            # reports VmHWM (and ru_maxrss) as max(the stored high-water mark, the RSS now),
+            # and stores the mark lazily (at unmaps): what RSS gave up between the reading
+            # before and the hook's own may be missing from both, and no more than that
+            fell = max(0, b['rss_low'] - b['rss_high'])
+            assert s['peak_rss'] >= b['hwm_low'] - fell - MIB, (s, b)
         assert lines[1]['peak_rss'] >= max(lines[0]['peak_rss'], lines[0]['rss'])  # kept
     assert len(pids) == 2  # one process per rank, both named in the table
     assert out.count('CPU run: host RSS (peak RSS) per rank') == 2
