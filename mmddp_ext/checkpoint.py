@@ -175,8 +175,8 @@ def _leaf_to_plain(obj: Any) -> Any:
         return {
             PLAIN_KEY: 'HistoryBuffer',
             'max_length': obj.max_length,
-            'log_history': _leaf_to_plain(obj._log_history),
-            'count_history': _leaf_to_plain(obj._count_history)
+            'log_history': _leaf_to_plain(obj.data[0]),
+            'count_history': _leaf_to_plain(obj.data[1])
         }
     if isinstance(obj, np.ndarray):
         return _array_to_plain(obj)
@@ -198,10 +198,9 @@ def _leaf_from_plain(obj: Any) -> Any:
     if kind == 'numpy.generic':
         return np.dtype(obj['dtype']).type(obj['value'])
     if kind == 'HistoryBuffer':
-        buffer = HistoryBuffer(max_length=obj['max_length'])
-        buffer._log_history = _leaf_from_plain(obj['log_history'])
-        buffer._count_history = _leaf_from_plain(obj['count_history'])
-        return buffer
+        return HistoryBuffer(
+            _leaf_from_plain(obj['log_history']), _leaf_from_plain(obj['count_history']),
+            obj['max_length'])
     return obj
 
 

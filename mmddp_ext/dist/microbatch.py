@@ -37,7 +37,7 @@ from mmengine.logging import print_log
 from mmengine.registry import MODEL_WRAPPERS
 
 from ..memory.oom import is_oom_error, release_memory
-from ..utils.batch import batch_length, split_batch
+from ..utils.batch import batch_length, forward_loss, split_batch
 from .agree import RanksOutOfMemoryError, ranks_out_of_memory
 
 CHUNK_BYTES = 25 * 2**20
@@ -159,7 +159,7 @@ class MicrobatchDDP(torch.nn.Module):
                 share = (batch_length(part) or length) / length
                 with optim_wrapper.optim_context(self):
                     data = self.module.data_preprocessor(part, training=True)
-                    losses = self.module._run_forward(data, mode='loss')
+                    losses = forward_loss(self.module, data)
                 loss, part_vars = self.module.parse_losses(losses)
                 last = index == len(self._pending) - 1 and number == len(parts) - 1
                 self._backward(loss * (share * weight), optim_wrapper, count=last)

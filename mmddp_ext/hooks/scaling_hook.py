@@ -60,9 +60,8 @@ class ScalingHook(Hook):
         plan = getattr(runner, 'scaling_plan', None)
         if runner.rank != 0:
             return
-        # MMEngine's Runner keeps train_cfg in _train_loop, None when nothing is trained; the
-        # public train_loop property would build the loop (and its dataloader) here.
-        if plan is None and getattr(runner, '_train_loop', None) is None:
+        # the config says it (the public train_loop property would build the loop here)
+        if plan is None and runner.cfg.get('train_cfg') is None:
             return
         if plan is None:
             runner.logger.warning('ScalingHook: this runner has no scaling plan; use '
@@ -79,7 +78,7 @@ class ScalingHook(Hook):
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         """On resume, reconcile the saved plan with this run's (see the class docstring)."""
         plan = getattr(runner, 'scaling_plan', None)
-        if plan is None or not getattr(runner, '_resume', False):
+        if plan is None or not runner.cfg.get('resume'):
             return  # load_from: weights only, nothing to reconcile
         saved = checkpoint.get('meta', {}).get(META_KEY)
         if saved is None:

@@ -330,7 +330,7 @@ class DDPRunner(Runner):
         (:func:`~mmddp_ext.checkpoint.guard_checkpoint_hook`), so a refused save is never
         named in ``last_checkpoint`` and never becomes the best checkpoint."""
         super().register_hook(hook, priority)
-        for registered in self._hooks:
+        for registered in self.hooks:
             if isinstance(registered, CheckpointHook):
                 guard_checkpoint_hook(registered, self.finite_for_save)
 
@@ -339,7 +339,7 @@ class DDPRunner(Runner):
         finds no ``last_checkpoint`` in the work dir logs one line saying training starts
         from scratch, instead of MMEngine's "Did not find last_checkpoint" on every rank and
         "Auto resumed from the latest checkpoint None"."""
-        if (not self._has_loaded and self._resume and self._load_from is None
+        if (not self._has_loaded and self.cfg.get('resume') and self.cfg.get('load_from') is None
                 and not osp.exists(osp.join(self.work_dir, 'last_checkpoint'))):
             self.logger.info(f'[mmddp_ext] --resume: no checkpoint in {self.work_dir} yet: '
                              'starting from scratch')

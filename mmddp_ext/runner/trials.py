@@ -25,6 +25,7 @@ from ..dist.wrapper import batchnorm_for_cpu
 from ..errors import ScalingError
 from ..gpu import gpus, physical, tensor_device
 from ..memory.oom import is_oom_error, release_memory
+from ..utils.batch import forward_loss
 
 
 def _samples(cfg: Any, count: int) -> tuple:
@@ -131,7 +132,7 @@ class Trials:
         data = self.collate(self.samples[:batch])
         with self.optim_wrapper.optim_context(self.model):
             data = self.model.data_preprocessor(data, True)
-            losses = self.model._run_forward(data, mode='loss')
+            losses = forward_loss(self.model, data)
         loss, _ = self.model.parse_losses(losses)
         self.optim_wrapper.backward(loss)
         self.optim_wrapper.step()

@@ -60,3 +60,15 @@ def split_batch(data: Any, parts: int) -> List[Any]:
         out.append(slice_batch(data, start, start + size, length))
         start += size
     return out
+
+
+def forward_loss(model: Any, data: Any) -> Any:
+    """The losses of an MMEngine model on a preprocessed batch (what its ``train_step``
+    parses), called as MMEngine calls it: keyword arguments for a dict, positional ones for a
+    list or tuple."""
+    if isinstance(data, dict):
+        return model(**data, mode='loss')
+    if isinstance(data, (list, tuple)):
+        return model(*data, mode='loss')
+    raise TypeError(f'a preprocessed batch must be a dict, list or tuple, not '
+                    f'{type(data).__name__}')

@@ -28,12 +28,13 @@ class InjectOOMHook(Hook):
         if runner.rank != self.rank:
             return
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
-        run_forward, above = model._run_forward, self.above
+        forward, above = model.forward, self.above
 
-        def guarded(data, mode):
-            inputs = data.get('inputs') if isinstance(data, dict) else None
+        def guarded(*args, **kwargs):  # BaseModel.forward(inputs, data_samples, mode)
+            inputs = kwargs.get('inputs', args[0] if args else None)
+            mode = kwargs.get('mode', args[2] if len(args) > 2 else 'tensor')
             if mode == 'loss' and inputs is not None and len(inputs) > above:
                 raise RuntimeError(MESSAGE.format(len(inputs) * 2**22))
-            return run_forward(data, mode)
+            return forward(*args, **kwargs)
 
-        model._run_forward = guarded
+        model.forward = guarded  # nn.Module.__call__ calls it, under DDP and MicrobatchDDP

@@ -1,0 +1,101 @@
+"""Every private MMEngine name mmddp_ext uses (``mmddp_ext.utils.mmengine_private``) exists in the
+installed MMEngine, on the class or on a real instance; and the package uses no other one."""
+import importlib
+import os
+import os.path as osp
+import re
+
+import pytest
+import torch
+
+from mmddp_ext.utils.mmengine_private import PRIVATE_NAMES
+
+PACKAGE = osp.join(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))), 'mmddp_ext')
+
+
+def _owner(path: str) -> type:
+    module, cls = path.split(':')
+    return getattr(importlib.import_module(module), cls)
+
+
+def _instance(cls: type, work_dir: str):
+    """A real instance of the owner, built as MMEngine builds it."""
+    from mmengine.logging import HistoryBuffer
+    from mmengine.optim import OptimWrapper
+    from mmengine.runner.loops import EpochBasedTrainLoop
+    if cls is OptimWrapper:
+        return OptimWrapper(torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=0.1))
+    if cls is HistoryBuffer:
+        return HistoryBuffer()
+    from mmengine.runner import Runner
+    from mmengine.testing import RunnerTestCase
+    case = RunnerTestCase()
+    case.setUp()
+    try:
+        cfg = case.epoch_based_cfg
+        cfg.work_dir, cfg.experiment_name = work_dir, osp.basename(work_dir)
+        runner = Runner.from_cfg(cfg)
+        return runner.train_loop if cls is EpochBasedTrainLoop else runner
+    finally:
+        case.tearDown()
+
+
+@pytest.mark.parametrize('entry', PRIVATE_NAMES, ids=lambda e: f'{e.owner}.{e.name}')
+def test_each_private_name_exists_in_the_installed_mmengine(entry, tmp_path):
+    cls = _owner(entry.owner)
+    where = cls if entry.kind == 'class' else _instance(cls, str(tmp_path))
+    assert hasattr(where, entry.name), (
+        f'MMEngine no longer has {entry.owner}.{entry.name}, which {entry.used_in} uses '
+        f'({entry.why}): adapt that module')
+    assert osp.isfile(osp.join(PACKAGE, entry.used_in))
+
+
+# the MMEngine classes mmddp_ext subclasses or reaches into, by their source files
+MMENGINE_SOURCES = ('runner/runner.py', 'runner/loops.py', 'runner/base_loop.py', 'hooks/hook.py',
+                    'hooks/checkpoint_hook.py', 'optim/optimizer/optimizer_wrapper.py',
+                    'model/base_model/base_model.py', 'model/wrappers/distributed.py',
+                    'logging/history_buffer.py')
+PRIVATE = r'_[a-z]\w*'
+# where a module defines a private name of its own: assigned on self, a def, a class attribute
+DEFINES = (rf'self\.({PRIVATE})\s*(?::[^=\n]+)?=(?!=)|def ({PRIVATE})\b|'
+           rf'^\s+({PRIVATE})\s*(?::[^=\n]+)?=(?!=)')
+
+
+def _mmengine_private_names() -> set:
+    import mmengine
+    root = osp.dirname(mmengine.__file__)
+    names = set()
+    for rel in MMENGINE_SOURCES:
+        text = open(osp.join(root, rel)).read()
+        names |= set(re.findall(rf'(?:self\.|def |^\s+)({PRIVATE})\b', text, re.M))
+    return names
+
+
+def test_no_other_private_mmengine_name_is_used():
+    """A private name of MMEngine's classes (an attribute or method its source defines) that
+    the package uses, on ``self`` in a subclass or on any object, is listed, unless the package
+    defines that name itself."""
+    sources = {}
+    for folder, _, files in os.walk(PACKAGE):
+        for name in files:
+            if name.endswith('.py'):
+                path = osp.join(folder, name)
+                sources[osp.relpath(path, PACKAGE)] = open(path).read()
+    ours = {
+        n
+        for text in sources.values()
+        for groups in re.findall(DEFINES, text, re.M)
+        for n in groups if n
+    }
+    theirs = _mmengine_private_names() - ours
+    assert {'_save_checkpoint_with_step', '_inner_count', '_has_loaded'} <= theirs  # it reads
+    listed = {e.name for e in PRIVATE_NAMES}
+    used = {}
+    for rel, text in sources.items():
+        for attr in re.findall(rf"\w\.({PRIVATE})\b|getattr\(\w+, '({PRIVATE})'", text):
+            attr = attr[0] or attr[1]
+            if attr in theirs:
+                used.setdefault(attr, set()).add(rel)
+    assert set(used) <= listed, f'private MMEngine names used but not listed: ' \
+        f'{ {k: sorted(v) for k, v in used.items() if k not in listed} }'
+    assert listed - {'from_cfg'} <= set(used), 'listed but no longer used: drop them from the list'
