@@ -7,7 +7,7 @@ checkpoint loader (see :mod:`mmddp_ext.checkpoint`).
 from . import hooks, runner  # noqa: F401  (registration)
 from .checkpoint import register_safe_loader
 from .dist import microbatch  # noqa: F401  (registration)
-from .train import launch
+from .entry.launch import launch
 from .utils.config import register_config_scope
 from .version import __version__
 

@@ -74,5 +74,5 @@ def _pin_device_early() -> None:
 
 if __name__ == '__main__':
     _pin_device_early()
-    from mmddp_ext.train import main
+    from mmddp_ext.entry.train import main
     sys.exit(main())

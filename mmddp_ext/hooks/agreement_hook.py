@@ -38,7 +38,7 @@ class AgreementHook(Hook):
 
     Args:
         enabled: False turns the check off, here and before the model is wrapped (then DDP's
-            own errors reach the diagnosis, explained by :mod:`mmddp_ext.ddp_errors`).
+            own errors reach the diagnosis, explained by :mod:`mmddp_ext.diagnose.ddp_errors`).
 
     Example::
 

@@ -12,8 +12,9 @@ from typing import Any, Deque, Dict, Optional, Sequence
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
+from ..diagnose.records import (launch_report_path, progress_path, ranks_dir, stacks_path,
+                                write_progress)
 from ..gpu import gpus
-from ..progress import launch_report_path, progress_path, ranks_dir, stacks_path, write_progress
 from ..utils.checks import positive_number
 
 

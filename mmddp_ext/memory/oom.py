@@ -144,7 +144,7 @@ def _nothing_fits(record: Mapping[str, Any]) -> Optional[List[str]]:
 
 
 def oom_advice(record: Mapping[str, Any]) -> List[str]:
-    """Lines of advice for an OOM failure record (see :mod:`mmddp_ext.failures`).
+    """Lines of advice for an OOM failure record (see :mod:`mmddp_ext.diagnose.records`).
 
     The advice follows what was measured: ``oom_at_batch`` (the smallest per-device batch or
     micro-batch that ran out of memory, from ``on_oom='microbatch'``) is used instead of the

@@ -15,7 +15,7 @@ import os.path as osp
 
 import pytest
 
-from mmddp_ext.failures import read_failures
+from mmddp_ext.diagnose.records import read_failures
 
 from conftest import check_ok, demo_options, demo_with_hooks, run
 

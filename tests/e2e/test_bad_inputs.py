@@ -10,7 +10,7 @@ import time
 import pytest
 
 from mmddp_ext.dist.launch import find_free_port
-from mmddp_ext.train import main
+from mmddp_ext.entry.train import main
 
 from conftest import (DEMO_CONFIG, PYTHON, assert_no_debris, assert_not_trained, demo_options,
                       finish, popen)
@@ -53,7 +53,7 @@ CASES = [
 
 @pytest.mark.parametrize('name, cmd, options, env, words', CASES, ids=[c[0] for c in CASES])
 def test_one_line_error(name, cmd, options, env, words, demo_data, tmp_path, monkeypatch, capsys):
-    """``tools/dist_train.py``'s refusals run in-process (``mmddp_ext.train.main``, as the
+    """``tools/dist_train.py``'s refusals run in-process (``mmddp_ext.entry.train.main``, as the
     script calls it: nothing before them depends on the process); the ones of a shell script
     run it."""
     work = str(tmp_path / 'w')

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from mmddp_ext.failures import read_failures as read_failure_records
+from mmddp_ext.diagnose.records import read_failures as read_failure_records
 
 from conftest import DEMO_CONFIG, PYTHON, ROOT, check_ok, demo_options, read_records, run
 

@@ -20,7 +20,7 @@ from tests.helpers.proc_status import proc_status
 
 def main() -> None:
     out, small, large, argv = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
-    from mmddp_ext.train import build_config, parse_args
+    from mmddp_ext.entry.train import build_config, parse_args
     cfg = build_config(parse_args(argv))
     at_import = psutil.Process().memory_info().vms
     from mmddp_ext.memory.budget import apply_budget

@@ -9,10 +9,10 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 from mmengine.testing import RunnerTestCase
 
+from mmddp_ext.diagnose.records import read_ranks, stacks_path
+from mmddp_ext.diagnose.stacks import main_frames, parse_dump
 from mmddp_ext.hooks import HangWatchdogHook
 from mmddp_ext.hooks.watchdog_hook import watchdog_bound
-from mmddp_ext.progress import read_ranks, stacks_path
-from mmddp_ext.stacks import main_frames, parse_dump
 
 from tests.helpers import toy_hang
 from tests.helpers.proc_status import proc_status

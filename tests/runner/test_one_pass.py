@@ -11,8 +11,8 @@ from mmengine.runner import Runner
 from mmengine.testing import RunnerTestCase
 
 import mmddp_ext.scaling.apply as apply_module
+from mmddp_ext.entry.train import build_runner, check_config, main
 from mmddp_ext.runner.ddp_runner import DDPRunner
-from mmddp_ext.train import build_runner, check_config, main
 
 from conftest import DEMO_CONFIG
 

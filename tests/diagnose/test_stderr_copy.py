@@ -1,15 +1,15 @@
-"""A rank's stderr kept in a file (:mod:`mmddp_ext.stderr_copy`), also what native code writes
-to fd 2 right before the process aborts (as gloo does on a collective mismatch)."""
+"""A rank's stderr kept in a file (:mod:`mmddp_ext.diagnose.stderr_copy`), also what native code
+writes to fd 2 right before the process aborts (as gloo does on a collective mismatch)."""
 import os
 import signal
 import subprocess
 import sys
 
-from mmddp_ext.stderr_copy import KEEP_ENV, stderr_tail
+from mmddp_ext.diagnose.stderr_copy import KEEP_ENV, stderr_tail
 
 ABORTS = '''
 import os, sys
-from mmddp_ext.stderr_copy import keep_stderr
+from mmddp_ext.diagnose.stderr_copy import keep_stderr
 assert keep_stderr(sys.argv[1]) is not None
 print('python line', file=sys.stderr, flush=True)
 os.write(2, b"terminate called after throwing an instance of 'gloo::EnforceNotMet'\\n")

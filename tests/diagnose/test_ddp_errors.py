@@ -1,8 +1,8 @@
-"""DDP's errors in our words (:mod:`mmddp_ext.ddp_errors`), table-tested on torch's own
+"""DDP's errors in our words (:mod:`mmddp_ext.diagnose.ddp_errors`), table-tested on torch's own
 messages as torch 2.14 prints them (copied from real 2-process runs of the demo)."""
 import pytest
 
-from mmddp_ext.ddp_errors import ddp_error_lines, mismatch_text
+from mmddp_ext.diagnose.ddp_errors import ddp_error_lines, mismatch_text
 
 UNUSED = ('Expected to have finished reduction in the prior iteration before starting a new '
           'one. This error indicates that your module has parameters that were not used in '

@@ -1,12 +1,12 @@
-"""Where an exception was raised (:mod:`mmddp_ext.frames`): the innermost frame, the user's
-innermost frame when the raise was deep in a library, the data file it was about; stored by
+"""Where an exception was raised (:mod:`mmddp_ext.diagnose.frames`): the innermost frame, the
+user's innermost frame when the raise was deep in a library, the data file it was about; stored by
 the real ``record_failure`` and shown by the diagnosis."""
 import json
 
-from mmddp_ext import failures
 from mmddp_ext.diagnose import summarize
-from mmddp_ext.frames import (exception_sites, frames_in_text, input_file, raise_sites,
-                              worker_error_line)
+from mmddp_ext.diagnose.frames import (exception_sites, frames_in_text, input_file, raise_sites,
+                                       worker_error_line)
+from mmddp_ext.diagnose.records import read_failures, record_failure
 
 USER = '''
 import json
@@ -115,8 +115,8 @@ def test_the_record_and_the_diagnosis_show_where_and_the_file(tmp_path):
             return mod.parse(f.read())
 
     work = str(tmp_path / 'w')
-    failures.record_failure(work, 1, _caught(read, str(bad)))
-    record = failures.read_failures(work)[0]
+    record_failure(work, 1, _caught(read, str(bad)))
+    record = read_failures(work)[0]
     assert record['user_at']['line'] == 5 and record['input_file'] == str(bad)
     text = summarize(work, ranks={}, launch=[])
     assert 'raised at ' in text and 'json/decoder.py' in text

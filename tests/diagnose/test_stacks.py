@@ -5,7 +5,8 @@ import threading
 
 import pytest
 
-from mmddp_ext.stacks import Frame, main_frames, parse_dump, split_ranks, user_frame, wait_site
+from mmddp_ext.diagnose.stacks import (Frame, main_frames, parse_dump, split_ranks, user_frame,
+                                       wait_site)
 
 
 def _blocked_here(ready: threading.Event, release: threading.Event) -> None:

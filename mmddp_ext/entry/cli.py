@@ -1,7 +1,7 @@
 """The command line of ``tools/dist_train.py``: its flags and the work dir they imply.
 
 A light module (argparse and MMEngine's ``DictAction``; no torch.distributed, no training
-code), shared by the training entry (:mod:`mmddp_ext.train`) and the diagnosis
+code), shared by the training entry (:mod:`mmddp_ext.entry.train`) and the diagnosis
 (:mod:`mmddp_ext.diagnose`), which finds a failed run's work dir from the same arguments.
 """
 import argparse

@@ -3,8 +3,9 @@
 import json
 import os.path as osp
 
-from mmddp_ext import failures
+import mmddp_ext.diagnose.records as record_module
 from mmddp_ext.diagnose import summarize
+from mmddp_ext.diagnose.records import read_failures, record_failure
 from mmddp_ext.memory import oom as oom_module
 
 PLAN = dict(per_device_batch_size=16, world_size=2, accumulative_counts=2, global_batch_size=64)
@@ -21,11 +22,11 @@ def test_onednn_failure_under_a_budget_is_diagnosed_as_out_of_memory(tmp_path, m
     """The failure of the finder's batch in the field: oneDNN cannot allocate under the
     address-space limit. The record says out of memory, and so does the diagnosis, with the
     advice for it."""
-    monkeypatch.setattr(failures, 'address_space_limit', lambda: 3 * 2**30)
+    monkeypatch.setattr(record_module, 'address_space_limit', lambda: 3 * 2**30)
     monkeypatch.setattr(oom_module, 'address_space_limit', lambda: 3 * 2**30)
     work = str(tmp_path)
-    failures.record_failure(work, 1, _raise(RuntimeError('could not create a primitive')),
-                            dict(plan=PLAN, memory_budget_mib=1030))
+    record_failure(work, 1, _raise(RuntimeError('could not create a primitive')),
+                   dict(plan=PLAN, memory_budget_mib=1030))
     record = json.load(open(osp.join(work, 'failures', 'rank1.json')))
     assert record['oom'] is True and record['address_space_limit'] == 3 * 2**30
     text = summarize(work)
@@ -36,9 +37,9 @@ def test_onednn_failure_under_a_budget_is_diagnosed_as_out_of_memory(tmp_path, m
 
 
 def test_same_message_without_a_limit_is_not_called_out_of_memory(tmp_path, monkeypatch):
-    monkeypatch.setattr(failures, 'address_space_limit', lambda: None)
+    monkeypatch.setattr(record_module, 'address_space_limit', lambda: None)
     monkeypatch.setattr(oom_module, 'address_space_limit', lambda: None)
-    failures.record_failure(str(tmp_path), 0, _raise(RuntimeError('could not create a primitive')))
+    record_failure(str(tmp_path), 0, _raise(RuntimeError('could not create a primitive')))
     text = summarize(str(tmp_path))
     assert 'RuntimeError: could not create a primitive' in text
     assert 'out of memory' not in text
@@ -54,7 +55,7 @@ def test_old_records_without_the_flag_are_classified_from_their_text(tmp_path):
 
 
 def test_failure_records_are_written_atomically(tmp_path):
-    path = failures.record_failure(str(tmp_path), 3, _raise(ValueError('bad')))
+    path = record_failure(str(tmp_path), 3, _raise(ValueError('bad')))
     assert osp.basename(path) == 'rank3.json'
     assert sorted(p.name for p in (tmp_path / 'failures').iterdir()) == [
         'rank3.json', 'rank3.traceback.txt'
@@ -62,7 +63,7 @@ def test_failure_records_are_written_atomically(tmp_path):
 
 
 def test_a_missing_work_dir_is_an_error(tmp_path, capsys):
-    from mmddp_ext.diagnose import main
+    from mmddp_ext.entry.diagnose import main
     assert main([str(tmp_path / 'nowhere')]) == 2
     assert 'does not exist' in capsys.readouterr().err
 
@@ -95,7 +96,7 @@ def test_a_signal_death_names_rank_pid_signal_iteration_and_memory(tmp_path):
 
 
 def test_the_kernel_log_names_the_oom_killer():
-    from mmddp_ext.deaths import death_lines
+    from mmddp_ext.diagnose.deaths import death_lines
     lines = death_lines(
         dict(rank=2, pid=77, exitcode=-9), dict(completed_iter=None),
         ['[ 12.3] Out of memory: Killed process 77 (python) total-vm:9kB'], None)
@@ -149,9 +150,9 @@ def test_agreed_out_of_memory_names_the_rank_that_ran_out_with_its_memory(tmp_pa
     work = str(tmp_path)
     for rank, rss in ((0, 111 * 2**20), (1, 999 * 2**20)):
         error = RanksOutOfMemoryError('out of memory on rank(s) [1] even with micro-batches', [1])
-        failures.record_failure(work, rank, _raise(error),
-                                dict(plan=PLAN, memory=dict(now=dict(rss=rss, peak_rss=rss))))
-    records = failures.read_failures(work)
+        record_failure(work, rank, _raise(error),
+                       dict(plan=PLAN, memory=dict(now=dict(rss=rss, peak_rss=rss))))
+    records = read_failures(work)
     assert [r['rank'] for r in records] == [0, 1]  # rank 0 wrote first
     assert all(r['oom'] and r['oom_ranks'] == [1] for r in records)
     text = summarize(work, ranks={}, launch=[])

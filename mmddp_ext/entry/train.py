@@ -8,23 +8,22 @@ import faulthandler
 import gc
 import os
 import sys
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional
 
 from mmengine.config import Config
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler, record
 
-from .checkpoint import UNSAFE_ENV
+from ..checkpoint import UNSAFE_ENV
+from ..diagnose.records import clear_failure, record_failure, stderr_path
+from ..diagnose.stderr_copy import keep_stderr
+from ..dist.env import DistEnv, read_dist_env, threads_per_process
+from ..dist.launch import ensure_process_group, read_launch_env, shutdown
+from ..dist.wrapper import ddp_param_names, model_wrapper_for
+from ..errors import UserError
+from ..hooks.preemption_hook import STOPPED_EXIT_CODE, TrainingStopped
+from ..scaling.apply import CheckedScaling, check_scaling
+from ..utils.config import load_config
 from .cli import build_parser, default_work_dir, parse_args  # noqa: F401  (the entry's API)
-from .dist.env import DistEnv, read_dist_env, threads_per_process
-from .dist.launch import ensure_process_group, launch_workers, read_launch_env, shutdown
-from .dist.wrapper import ddp_param_names, model_wrapper_for
-from .errors import UserError
-from .failures import clear_failure, record_failure
-from .hooks.preemption_hook import STOPPED_EXIT_CODE, TrainingStopped
-from .progress import stderr_path
-from .scaling.apply import CheckedScaling, check_scaling
-from .stderr_copy import keep_stderr
-from .utils.config import load_config
 
 
 def build_config(args: argparse.Namespace, env: Optional[DistEnv] = None) -> Config:
@@ -62,7 +61,7 @@ def check_runner_type(cfg: Config) -> None:
                         (f' (did you mean {close[0]!r}?)' if close else '') +
                         f'; known: {", ".join(known)}. A custom runner needs its module in '
                         'custom_imports')
-    from .runner.ddp_runner import plans
+    from ..runner.ddp_runner import plans
     if cfg.get('scaling') is not None and not plans(runner_type):
         raise UserError(f'the config sets `scaling` but runner_type is {runner_type!r}, which '
                         "ignores it: set runner_type='DDPRunner' (or inherit "
@@ -74,7 +73,7 @@ def check_config(cfg: Config, world_size: int, distributed: bool) -> Optional[Ch
     a bad ``runner_type``, a ``scaling`` block the runner ignores, a bad ``scaling`` block,
     settings this machine cannot honour. Returns the checked block and its plan when the
     runner plans (for :func:`build_runner`, which then does not parse or plan again)."""
-    from .runner.ddp_runner import plans
+    from ..runner.ddp_runner import plans
     check_runner_type(cfg)
     if plans(cfg.get('runner_type')):
         return check_scaling(cfg, world_size, _visible_gpus() > 0, distributed)
@@ -90,7 +89,7 @@ def build_runner(cfg: Config, checked: Optional[CheckedScaling] = None):
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
 
-    from .runner.ddp_runner import runner_class
+    from ..runner.ddp_runner import runner_class
     if 'runner_type' not in cfg:
         return Runner.from_cfg(cfg)
     cls = runner_class(cfg.runner_type)
@@ -102,8 +101,8 @@ def build_runner(cfg: Config, checked: Optional[CheckedScaling] = None):
 def failure_context(runner, env: DistEnv, cfg: Optional[Config] = None) -> dict:
     """What a failure record holds besides the exception: plan, memory, wrapper settings,
     the memory budget, and what ``on_oom='microbatch'`` measured."""
-    from .hooks.memory_hook import RankMemoryHook
-    from .memory.stats import MemoryReader
+    from ..hooks.memory_hook import RankMemoryHook
+    from ..memory.stats import MemoryReader
     out = {'world_size': env.world_size}
     cfg = runner.cfg if runner is not None else cfg
     if cfg is not None and isinstance(cfg.get('scaling'), dict):
@@ -115,7 +114,7 @@ def failure_context(runner, env: DistEnv, cfg: Optional[Config] = None) -> dict:
     if baseline is not None:  # re-measured now: what training holds beyond the finder's trials
         import torch
 
-        from .memory.budget import held_bytes
+        from ..memory.budget import held_bytes
         out['finder'] = dict(max_batch=baseline.max_batch, reserve=baseline.reserve_bytes,
                              extra=held_bytes(torch.device(baseline.device)) - baseline.held_bytes)
     plan = getattr(runner, 'scaling_plan', None)
@@ -138,14 +137,14 @@ def failure_context(runner, env: DistEnv, cfg: Optional[Config] = None) -> dict:
 
 
 def _visible_gpus() -> int:
-    from .gpu import gpus
+    from ..gpu import gpus
     return gpus().count()
 
 
 def stopped(runner) -> Optional[dict]:
     """What the runner's :class:`~mmddp_ext.hooks.PreemptionHook` did when a signal stopped
     the run (signal, iteration, checkpoint, requeued), else None."""
-    from .hooks.preemption_hook import PreemptionHook
+    from ..hooks.preemption_hook import PreemptionHook
     hook = next((h for h in getattr(runner, 'hooks', []) if isinstance(h, PreemptionHook)), None)
     return hook.stopped if hook is not None else None
 
@@ -170,7 +169,7 @@ def _train(args: argparse.Namespace, env: DistEnv) -> int:
             notes.append(f'threads per process: {threads} ({os.cpu_count()} cores shared by '
                          f'{env.local_world_size} processes on this node; OMP_NUM_THREADS '
                          f'was not set; set it to choose)')
-        from .runner.ddp_runner import plans
+        from ..runner.ddp_runner import plans
         if env.distributed and not plans(cfg.get('runner_type')):
             # a stock runner: the lean DDP wrapper (DDPRunner decides its own in from_cfg)
             cfg.model_wrapper_cfg = model_wrapper_for(cfg, True, local_rank=env.local_rank)
@@ -195,13 +194,14 @@ def _train(args: argparse.Namespace, env: DistEnv) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from .explain import explain, forecast_memory, render
+    from .explain import explain, render
+    from .forecast import forecast_memory
     env = read_dist_env(os.environ, args.launcher, num_gpus=0)  # no GPU is touched
     world = args.world_size if args.world_size is not None else env.world_size
     if world < 1:
         raise UserError(f'--world-size={world} must be at least 1')
     if args.device_memory is not None:
-        from .memory.forecast import parse_size
+        from ..memory.forecast import parse_size
         parse_size(args.device_memory)  # a bad value fails before anything is measured
     cfg = build_config(args)
     checked = check_config(cfg, world, world > 1)
@@ -228,54 +228,3 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f'[mmddp_ext] error: {e}', file=sys.stderr, flush=True)
         get_error_handler().record_exception(e)  # torchrun's summary shows the same line
         return 1
-
-
-def launch(config: Union[str, Config], nproc_per_node: int = 1, nnodes: int = 1, node_rank: int = 0,
-           master_addr: str = '127.0.0.1', master_port: Optional[int] = None,
-           args: Sequence[str] = (), max_restarts: int = 0, run_id: Optional[str] = None,
-           start_method: str = 'spawn') -> dict:
-    """Train ``config`` on ``nproc_per_node`` local processes with torch.distributed.elastic.
-
-    The programmatic twin of ``torchrun --nproc_per_node=N tools/dist_train.py CONFIG ARGS``:
-    the elastic agent starts, watches and (with ``max_restarts``) restarts the workers.
-
-    Args:
-        config: a config path, ``pkg::path``, or an ``mmengine.Config`` (dumped to a
-            temporary file first).
-        nproc_per_node: processes on this node (one per GPU; any number on CPU).
-        nnodes: number of nodes; with more than one, run this on every node with its
-            ``node_rank`` and the same ``master_addr``/``master_port``.
-        node_rank: this node's index.
-        master_addr: host of node 0.
-        master_port: rendezvous port on node 0; None picks a free one (single node only).
-        args: further ``dist_train.py`` arguments, e.g. ``['--work-dir', 'w']``.
-        max_restarts: how often the agent restarts failed workers.
-        run_id: rendezvous id (default: a fresh one).
-        start_method: multiprocessing start method of the workers.
-
-    Returns:
-        ``{rank: return value}`` of the local workers (0 on success).
-
-    Example::
-
-        >>> import mmddp_ext
-        >>> mmddp_ext.launch('configs/demo/td-hm_res18_1xb32-30e_demo-64x64.py',
-        ...                  nproc_per_node=2, args=['--work-dir', 'work_dirs/demo'])
-    """
-    path = _config_path(config)
-    try:
-        return launch_workers(main, [path, *args], nproc_per_node, nnodes, node_rank, master_addr,
-                              master_port, max_restarts, run_id, start_method)
-    finally:
-        if path is not config:  # the file dumped from a Config object (restarts included)
-            os.unlink(path)
-
-
-def _config_path(config) -> str:
-    if isinstance(config, str):
-        return config
-    import tempfile
-    tmp = tempfile.NamedTemporaryFile('w', suffix='.py', prefix='mmddp_launch_', delete=False)
-    tmp.close()
-    config.dump(tmp.name)
-    return tmp.name

@@ -1,92 +1,21 @@
-"""``dist_train.py CONFIG --explain``: the launch topology and the scaling plan, no training.
-
-Without ``--memory`` it touches neither data nor GPU; prints a readable summary, or with
-``--json`` one JSON object
-with at least the keys of :data:`JSON_KEYS`.
-
-With ``--memory`` (:func:`forecast_memory`) it also runs a few real training steps of one
-process on this machine's device (the batch finder's trial, :class:`mmddp_ext.runner.batch_finder.
-Trials`), fits ``peak ≈ fixed + per_sample × batch`` (:mod:`mmddp_ext.memory.forecast`) and
-adds, per rank, what DDP and the process bring; ``--json`` puts it under ``memory``.
-"""
-import copy
-import json
+"""``--explain --memory``: a few real training steps of one process on this machine's device
+(the batch finder's trials), the fit ``peak ≈ fixed + per_sample × batch``
+(:mod:`mmddp_ext.memory.forecast`) and, per rank, what DDP and the process bring
+(``docs/memory.md``)."""
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
-from .dist.env import DistEnv
-from .dist.wrapper import ddp_wrapper_cfg
-from .gpu import gpus, physical, rank_device
-from .memory.budget import Budget
-from .memory.forecast import (Cause, Forecast, ForecastError, build_forecast, fit_line, parse_size,
-                              render_forecast, trial_batches)
-from .memory.nvml import NvmlProcessTableReader
-from .runner.batch_finder import reserve_bytes
-from .runner.ddp_runner import plans
-from .runner.trials import measure_steps
-from .scaling.apply import CheckedScaling, apply_plan, plan_for_config, scaling_of
-from .scaling.config import ScalingConfig
-from .scaling.plan import ScalingPlan
-from .scaling.report import plan_table
-from .utils.units import MIB
-
-JSON_KEYS = ('world_size', 'per_device_batch_size', 'accumulative_counts', 'global_batch_size',
-             'base_batch_size', 'lr_rule', 'lr_scale', 'lrs', 'train_loop', 'max_epochs',
-             'max_iters', 'iter_scale', 'warnings')
-
-
-def _loop(cfg: Any) -> Dict[str, Any]:
-    train_cfg = cfg.get('train_cfg') or {}
-    loop = train_cfg.get('type')
-    if loop is None:
-        loop = 'EpochBasedTrainLoop' if train_cfg.get('by_epoch', True) else 'IterBasedTrainLoop'
-    return dict(train_loop=loop, max_epochs=train_cfg.get('max_epochs'),
-                max_iters=train_cfg.get('max_iters'))
-
-
-def explain(cfg: Any, world_size: int, env: DistEnv,
-            checked: Optional[CheckedScaling] = None) -> Dict[str, Any]:
-    """The plan for ``world_size`` processes and the config it leads to, as a dict
-    (``checked``: the block and plan the entry checked already, else planned here)."""
-    plan: ScalingPlan = checked.plan if checked is not None else plan_for_config(cfg, world_size)
-    applied = copy.deepcopy(cfg)
-    changes = apply_plan(applied, plan)
-    out = plan.to_dict()
-    out.update(_loop(applied))
-    if not plans(cfg.get('runner_type')):
-        out['warnings'] = list(out['warnings']) + [
-            f"runner_type is {repr(cfg['runner_type']) if 'runner_type' in cfg else 'not set'}"
-            ": training keeps MMEngine's "
-            "per-device batch and does not apply this plan; set runner_type='DDPRunner' (or "
-            "inherit mmddp_ext::_base_/ddp_runtime.py) to use it"
-        ]
-    out['changes'] = changes
-    out['describe'] = plan.describe()
-    out['launch'] = dict(launcher=env.launcher, rank=env.rank, local_rank=env.local_rank,
-                         node_rank=env.node_rank, nnodes=env.nnodes,
-                         master=f'{env.master_addr}:{env.master_port}' if env.master_addr else None)
-    return out
-
-
-def render(info: Dict[str, Any], as_json: bool) -> str:
-    """JSON (one object) or a readable summary."""
-    if as_json:
-        out = {k: v for k, v in info.items() if k != 'memory_forecast'}
-        if info.get('memory_forecast') is not None:
-            out['memory'] = info['memory_forecast'].to_dict()
-        return json.dumps(out, default=str)
-    launch = info['launch']
-    before = [('launch', f'{info["world_size"]} process(es), launcher {launch["launcher"]}' +
-               (f', master {launch["master"]}' if launch['master'] else ''))]
-    after = [('loop', f'{info["train_loop"]}, max_epochs {info["max_epochs"]}, max_iters '
-              f'{info["max_iters"]}')]
-    lines = [
-        plan_table(
-            ScalingPlan.from_dict(info), info['changes'], before, after, warnings=info['warnings'])
-    ]
-    if info.get('memory_forecast') is not None:
-        lines += render_forecast(info['memory_forecast'])
-    return '\n'.join(lines)
+from ..dist.wrapper import ddp_wrapper_cfg
+from ..gpu import gpus, physical, rank_device
+from ..memory.budget import Budget
+from ..memory.forecast import (Cause, Forecast, ForecastError, build_forecast, fit_line, parse_size,
+                               trial_batches)
+from ..memory.nvml import NvmlProcessTableReader
+from ..runner.batch_finder import reserve_bytes
+from ..runner.trials import measure_steps
+from ..scaling.apply import CheckedScaling, scaling_of
+from ..scaling.config import ScalingConfig
+from ..utils.units import MIB
 
 
 def _device_memory(text: Optional[str], device: Any, ranks_per_node: int) -> Tuple[float, str]:

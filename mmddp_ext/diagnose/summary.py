@@ -1,16 +1,17 @@
-"""One-screen summary of a failed run: ``python -m mmddp_ext.diagnose WORK_DIR``.
+"""The one-screen summary of a failed run (:func:`summarize`; the command is
+``python -m mmddp_ext.diagnose WORK_DIR``, :mod:`mmddp_ext.entry.diagnose`).
 
 Reads what the run left behind and names the rank, the cause and the fix, in this order:
 
 * a rank killed by a signal (the launcher's report, ``--launch-report``; kept in
   ``<work_dir>/ranks/launch.json``): its pid, signal, last iteration and memory
-  (:mod:`mmddp_ext.deaths`);
+  (:mod:`mmddp_ext.diagnose.deaths`);
 * a hang (a watchdog stack dump in ``<work_dir>/ranks/``, or a collective timeout): the rank
-  that did not arrive and where it was, the ranks that waited (:mod:`mmddp_ext.stacks`);
+  that did not arrive and where it was, the ranks that waited (:mod:`mmddp_ext.diagnose.stacks`);
 * else the per-rank failure records (``<work_dir>/failures/``): one of DDP's known errors in
-  our words (:mod:`mmddp_ext.ddp_errors`), or the first rank that failed by itself (not one
+  our words (:mod:`mmddp_ext.diagnose.ddp_errors`), or the first rank that failed by itself (not one
   that only lost its peer; when every rank raised the same, no rank is blamed), the
-  exception, where it was raised and the data file it read (:mod:`mmddp_ext.frames`), and
+  exception, where it was raised and the data file it read (:mod:`mmddp_ext.diagnose.frames`), and
   where the full traceback is.
 
 A rank killed by a signal whose kept stderr says that the ranks ran different collectives
@@ -21,24 +22,22 @@ are grouped (:mod:`mmddp_ext.utils.ranks`), so the screen stays one screen for 1
 --launch-report PATH --train-args CONFIG ARGS...``, which finds the work dir the same way
 ``dist_train.py`` does.
 """
-import argparse
 import datetime
 import json
 import os
 import os.path as osp
 import re
-import sys
 from typing import Dict, List, Optional
 
+from ..utils.io import atomic_write_text
+from ..utils.ranks import group_ranks, ranks_text
+from ..utils.units import format_mib
 from .ddp_errors import ddp_error_lines, mismatch_lines, mismatch_text
 from .deaths import LAUNCHER_STOP, death_lines, host_memory_total, kernel_log, signal_name
-from .failures import failure_dir, read_failures
 from .frames import raise_site_lines, worker_error_line
-from .progress import launch_report_path, ranks_dir, read_ranks, stacks_path
+from .records import (failure_dir, launch_report_path, ranks_dir, read_failures, read_ranks,
+                      stacks_path)
 from .stacks import main_frames, parse_dump, split_ranks
-from .utils.io import atomic_write_text
-from .utils.ranks import group_ranks, ranks_text
-from .utils.units import format_mib
 
 
 def _first_lines(text: str, n: int = 3, width: int = 400) -> List[str]:
@@ -348,7 +347,7 @@ def keep_launch_report(work_dir: str, path: str) -> List[Dict]:
 
 def _memory_lines(record: Dict) -> List[str]:
     """Memory numbers and, for an out-of-memory error, the batch that fits."""
-    from .memory.oom import is_oom, oom_advice
+    from ..memory.oom import is_oom, oom_advice
     lines = []
     now = (record.get('memory') or {}).get('now') or {}
     if now:
@@ -367,44 +366,3 @@ def _memory_lines(record: Dict) -> List[str]:
         lines.insert(0, f'  out of memory on rank {record.get("rank")}')
         lines += [f'  {line}' for line in oom_advice(record)]
     return lines
-
-
-def work_dir_from_train_args(argv: List[str]) -> str:
-    """The work dir ``dist_train.py ARGV`` uses (``--work-dir``, the config's, or the default)."""
-    from .cli import build_parser, default_work_dir
-    args, _ = build_parser().parse_known_args(argv)
-    if args.work_dir:
-        return args.work_dir
-    try:
-        from .utils.config import load_config
-        return default_work_dir(args, load_config(args.config, args.cfg_options))
-    except Exception:  # the training run has already said what is wrong with the config
-        return default_work_dir(args)
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    """Print the diagnosis; exit code 0 (it reports, it does not judge), 2 when the work dir
-    does not exist."""
-    p = argparse.ArgumentParser(prog='python -m mmddp_ext.diagnose', description=__doc__)
-    p.add_argument('work_dir', nargs='?', help='the work dir of the failed run')
-    p.add_argument('--launch-report', metavar='PATH',
-                   help="the launcher's failure report (JSON; tools/dist_train.sh passes it)")
-    p.add_argument('--train-args', nargs=argparse.REMAINDER,
-                   help='the dist_train.py arguments instead of WORK_DIR')
-    args = p.parse_args(argv)
-    if bool(args.work_dir) == bool(args.train_args):
-        p.error('give either WORK_DIR or --train-args CONFIG [ARGS...]')
-    work_dir = args.work_dir or work_dir_from_train_args(args.train_args)
-    launch = keep_launch_report(work_dir, args.launch_report) if args.launch_report else None
-    if not osp.isdir(work_dir) and not launch:
-        print(
-            f'mmddp_ext diagnosis: work dir {osp.abspath(work_dir)} does not exist: the run '
-            'never started there, or the path is wrong (give the --work-dir of the run)',
-            file=sys.stderr, flush=True)
-        return 2
-    print(summarize(work_dir, launch=launch), flush=True)
-    return 0
-
-
-if __name__ == '__main__':
-    sys.exit(main())

@@ -21,7 +21,7 @@ See docs/launching.md, "What a failure looks like", for real output.
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .utils.ranks import group_ranks, ranks_text
+from ..utils.ranks import group_ranks, ranks_text
 
 UNUSED = 'Expected to have finished reduction in the prior iteration'
 READY_TWICE = ('Expected to mark a variable ready only once', 'marked as ready twice')

@@ -1,8 +1,8 @@
 """``--explain`` refuses what training refuses, with the same one-line error and exit 1
-(in-process: ``mmddp_ext.train.main``, as ``tools/dist_train.py`` calls it)."""
+(in-process: ``mmddp_ext.entry.train.main``, as ``tools/dist_train.py`` calls it)."""
 import pytest
 
-from mmddp_ext.train import main
+from mmddp_ext.entry.train import main
 
 from conftest import DEMO_CONFIG
 

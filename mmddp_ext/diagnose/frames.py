@@ -1,10 +1,10 @@
 """Where a Python exception was raised: the innermost frame, and the innermost frame of the
 user's or the model's code when the raise happened deep in a library (pure functions over a
-traceback; stored in the failure record by :mod:`mmddp_ext.failures`, shown by
+traceback; stored in the failure record by :mod:`mmddp_ext.diagnose.records`, shown by
 :mod:`mmddp_ext.diagnose`).
 
 A frame is stored as a plain dict, ``{'file', 'line', 'func', 'source'}``, so that the record
-stays JSON. Library code is what :mod:`mmddp_ext.stacks` skips when it names a stuck rank's
+stays JSON. Library code is what :mod:`mmddp_ext.diagnose.stacks` skips when it names a stuck rank's
 line (installed packages, the standard library) plus this package itself: the runner's loop
 is never the line to fix.
 """

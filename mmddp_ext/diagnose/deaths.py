@@ -1,14 +1,14 @@
 """Ranks that die without a Python exception: what killed them, and what is likely.
 
 The launcher knows the signal (torchrun's ``ProcessFailure``: exit code -9 is SIGKILL); the
-rank's progress file (:mod:`mmddp_ext.progress`) knows the last iteration it completed and its
-memory then; the kernel log, when it can be read, knows whether the OOM killer chose it.
+rank's progress file (:mod:`mmddp_ext.diagnose.records`) knows the last iteration it completed
+and its memory then; the kernel log, when it can be read, knows whether the OOM killer chose it.
 """
 import signal
 import subprocess
 from typing import Dict, List, Optional
 
-from .utils.units import format_mib
+from ..utils.units import format_mib
 
 LAUNCHER_STOP = ('SIGTERM', 'SIGINT', 'SIGHUP')  # how a launcher or a person stops a job
 

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from mmddp_ext.explain import JSON_KEYS
-from mmddp_ext.train import main
+from mmddp_ext.entry.explain import JSON_KEYS
+from mmddp_ext.entry.train import main
 from mmddp_ext.utils.config import resolve_config_path
 
 from conftest import DEMO_CONFIG, PYTHON, check_ok, recipe_expectation, run, written_recipe
@@ -20,7 +20,7 @@ DET = 'mmdet::faster_rcnn/faster-rcnn_r50-caffe_fpn_ms-90k_coco.py'
 
 @pytest.fixture
 def explain(capsys):
-    """``--explain --json`` in-process (``mmddp_ext.train.main``, as ``tools/dist_train.py``
+    """``--explain --json`` in-process (``mmddp_ext.entry.train.main``, as ``tools/dist_train.py``
     calls it): the JSON it printed. The script itself is run by the tests under
     ``tests/e2e``."""
 

@@ -1,13 +1,13 @@
 """The documented switches of ``tools/dist_train.py`` do what the README and the docs say:
 ``--amp``, ``--local-rank``, ``--unsafe-load`` (and ``unsafe_load = True`` in the config),
 ``--auto-scale-lr``, ``--resume``; in-process, through ``parse_args`` and ``build_config`` as
-``mmddp_ext.train.main`` calls them."""
+``mmddp_ext.entry.train.main`` calls them."""
 import pytest
 import torch
 
 from mmddp_ext.checkpoint import UNSAFE_ENV, load_checkpoint_file
-from mmddp_ext.cli import parse_args
-from mmddp_ext.train import build_config
+from mmddp_ext.entry.cli import parse_args
+from mmddp_ext.entry.train import build_config
 
 from conftest import DEMO_CONFIG
 

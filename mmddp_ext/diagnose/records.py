@@ -1,0 +1,156 @@
+"""Per-rank records under a run's work dir, written atomically and read tolerantly: what a
+failed or stuck run leaves for the diagnosis (``docs/reliability.md``).
+
+* ``failures/rank{R}.json`` (+ ``.traceback.txt``): written by the training entry when a rank
+  raises (:func:`record_failure`);
+* ``ranks/rank{R}.json``: progress, rewritten by :class:`~mmddp_ext.hooks.HangWatchdogHook`
+  after every iteration (:func:`write_progress`); ``ranks/rank{R}.stacks.txt``: the
+  :mod:`faulthandler` dump of a stuck or stopped rank; ``ranks/rank{R}.stderr.txt``: the copy
+  of its stderr (:mod:`~mmddp_ext.diagnose.stderr_copy`); ``ranks/launch.json``: the
+  launcher's report, kept by the diagnosis.
+"""
+import glob
+import json
+import os
+import os.path as osp
+import socket
+import time
+import traceback
+from typing import Any, Callable, Dict, List, Union
+
+from ..memory.oom import address_space_limit, is_oom_error
+from ..utils.io import atomic_write_text
+from .frames import exception_sites
+from .stderr_copy import stderr_tail
+
+FAILURE_DIR = 'failures'
+
+
+def failure_dir(work_dir: str) -> str:
+    """Where the failure records of ``work_dir`` go."""
+    return osp.join(work_dir, FAILURE_DIR)
+
+
+def clear_failure(work_dir: str, rank: int) -> None:
+    """Remove this rank's record of an earlier run, so a diagnosis never shows stale news."""
+    for suffix in ('.json', '.traceback.txt'):
+        try:
+            os.remove(osp.join(failure_dir(work_dir), f'rank{rank}{suffix}'))
+        except FileNotFoundError:
+            pass
+
+
+def record_failure(work_dir: str, rank: int, exc: BaseException,
+                   extra: Union[None, Dict[str, Any], Callable[[], Dict[str, Any]]] = None) -> str:
+    """Write this rank's failure record; returns the JSON path. Never raises.
+
+    ``extra`` (a dict, or a function returning one, called here so that its own errors are
+    contained) is merged into the record: memory snapshot, scaling plan, ...
+    """
+    if callable(extra):
+        try:
+            extra = extra()
+        except Exception as e:  # the record must not hide the failure itself
+            extra = {'context_error': repr(e)}
+    try:
+        out = failure_dir(work_dir)
+        os.makedirs(out, exist_ok=True)
+        tb_path = osp.join(out, f'rank{rank}.traceback.txt')
+        with open(tb_path, 'w') as f:
+            f.write(''.join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        # classified here, where the error happened (the address-space limit is this
+        # process's), by the same predicate the finder and on_oom='microbatch' use
+        record = dict(rank=rank, host=socket.gethostname(), pid=os.getpid(), time=time.time(),
+                      exc_type=type(exc).__name__, message=str(exc).strip(), oom=is_oom_error(exc),
+                      address_space_limit=address_space_limit(),
+                      traceback_file=osp.abspath(tb_path))
+        if getattr(exc, 'oom_ranks', None) is not None:  # the ranks agreed: who ran out
+            record['oom_ranks'] = list(exc.oom_ranks)
+        record.update(exception_sites(exc))  # raised_at, user_at: file, line, source
+        record.update(extra or {})
+        if getattr(exc, 'ddp_param_names', None) is not None:  # set where the model was wrapped
+            record['ddp_param_names'] = list(exc.ddp_param_names)
+        path = osp.join(out, f'rank{rank}.json')
+        atomic_write_text(path, json.dumps(record, indent=1, default=str))
+        return path
+    except Exception:  # a failure report must not hide the failure itself
+        return ''
+
+
+def read_failures(work_dir: str) -> List[Dict[str, Any]]:
+    """All failure records of ``work_dir``, earliest first."""
+    records = []
+    for path in glob.glob(osp.join(failure_dir(work_dir), 'rank*.json')):
+        try:
+            with open(path) as f:
+                records.append(json.load(f))
+        except (OSError, ValueError):
+            continue
+    return sorted(records, key=lambda r: (r.get('time', 0), r.get('rank', 0)))
+
+
+RANKS_DIR = 'ranks'
+LAUNCH_REPORT = 'launch.json'  # the launcher's failure report, kept by the diagnosis
+
+
+def ranks_dir(work_dir: str) -> str:
+    """Where the per-rank progress files of ``work_dir`` go."""
+    return osp.join(work_dir, RANKS_DIR)
+
+
+def progress_path(work_dir: str, rank: int) -> str:
+    """This rank's progress file."""
+    return osp.join(ranks_dir(work_dir), f'rank{rank}.json')
+
+
+def stacks_path(work_dir: str, rank: int) -> str:
+    """This rank's stack dump (written by :mod:`faulthandler`)."""
+    return osp.join(ranks_dir(work_dir), f'rank{rank}.stacks.txt')
+
+
+def stderr_path(work_dir: str, rank: int) -> str:
+    """This rank's copy of its stderr (:mod:`mmddp_ext.diagnose.stderr_copy`)."""
+    return osp.join(ranks_dir(work_dir), f'rank{rank}.stderr.txt')
+
+
+def launch_report_path(work_dir: str) -> str:
+    """Where the diagnosis keeps the launcher's failure report of the last failed run."""
+    return osp.join(ranks_dir(work_dir), LAUNCH_REPORT)
+
+
+def write_progress(path: str, state: Dict[str, Any]) -> None:
+    """Replace the progress file with ``state`` atomically (never half a file); without fsync:
+    it is rewritten every iteration, and a dead process does not lose what it wrote."""
+    atomic_write_text(path, json.dumps(state), durable=False)
+
+
+def read_ranks(work_dir: str) -> Dict[int, Dict[str, Any]]:
+    """Every rank's last progress state, with its stack dump text (``stacks``) when present.
+
+    Returns:
+        ``{rank: state}``; empty when no rank wrote progress (no watchdog, or the run ended
+        before training started).
+    """
+    out: Dict[int, Dict[str, Any]] = {}
+    folder = ranks_dir(work_dir)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return out
+    for name in names:
+        if not (name.startswith('rank') and name.endswith('.json')):
+            continue
+        try:
+            with open(osp.join(folder, name)) as f:
+                state = json.load(f)
+            rank = int(state['rank'])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        try:
+            with open(stacks_path(work_dir, rank), errors='replace') as f:
+                state['stacks'] = f.read()
+        except OSError:
+            state['stacks'] = ''
+        state['stderr_tail'] = stderr_tail(stderr_path(work_dir, rank))
+        out[rank] = state
+    return out
