@@ -1,30 +1,11 @@
-"""Loading MMEngine checkpoints on torch >= 2.6 without unpickling arbitrary code.
+"""Checkpoints: MMEngine's local loader replaced by one that keeps ``weights_only=True`` on
+torch >= 2.6 and allows exactly MMEngine's own types (:func:`register_safe_loader`; an
+explicit opt-in for legacy ones, :data:`UNSAFE_ENV`), the plain form that plain
+``torch.load(path)`` opens (:func:`to_plain`, :func:`from_plain`), and the refusal to save
+non-finite weights (:func:`nonfinite_tensors`, :func:`guard_checkpoint_hook`).
 
-torch 2.6 made ``torch.load(weights_only=True)`` the default. MMEngine 0.10.7 calls
-``torch.load(filename, map_location=...)`` for local files, so ``--resume`` and ``load_from``
-of a checkpoint MMEngine itself wrote fail with ``Unsupported global: GLOBAL
-numpy._core.multiarray._reconstruct``: checkpoints hold numpy arrays (``meta.dataset_meta``)
-and ``HistoryBuffer`` objects (``message_hub``). The common fix, ``weights_only=False``, lets a
-checkpoint run any code when it is loaded.
-
-Importing :mod:`mmddp_ext` replaces MMEngine's local-file checkpoint loader (through
-``CheckpointLoader.register_scheme``, MMEngine's own extension point) with one that keeps
-``weights_only=True`` and allows exactly the extra types below. Anything else is refused with
-an error that names the type.
-
-Saving is guarded too: :func:`nonfinite_tensors` finds weights with a NaN or Inf, and
-``DDPRunner`` refuses to write such a checkpoint, or to make it the best one
-(:func:`guard_checkpoint_hook`), with one log line (:func:`refusal`).
-
-Legacy checkpoints holding other objects load only after an explicit opt-in — ``--unsafe-load``
-on ``tools/dist_train.py``, ``unsafe_load = True`` in the config, or ``MMDDP_UNSAFE_LOAD=1`` —
-and every such load logs a warning naming the file.
-
-Checkpoints that :class:`~mmddp_ext.runner.DDPRunner` writes need no allowlist at all:
-:func:`to_plain` stores ``HistoryBuffer`` objects, numpy arrays and numpy scalars as marked
-dicts of tensors and plain Python values, so plain ``torch.load(path)`` opens them;
-:func:`from_plain` gives the objects back (the loader above and ``DDPRunner`` call it), so a
-resumed run sees exactly what was saved. Example::
+Why and what is converted: docs/reliability.md ("Safe loading", "Checkpoints that plain
+``torch.load`` opens"). Example::
 
     >>> plain = to_plain({'meta': {'best': np.float64(0.5)}})
     >>> plain['meta']['best']

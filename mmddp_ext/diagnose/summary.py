@@ -1,5 +1,4 @@
-"""The one-screen summary of a failed run (:func:`summarize`; the command is
-``python -m mmddp_ext.diagnose WORK_DIR``, :mod:`mmddp_ext.entry.diagnose`).
+"""One-screen summary of a failed run: ``python -m mmddp_ext.diagnose WORK_DIR``.
 
 Reads what the run left behind and names the rank, the cause and the fix, in this order:
 

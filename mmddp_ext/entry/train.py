@@ -1,7 +1,8 @@
-"""The training entry behind ``tools/dist_train.py`` (arguments, launch, config, runner).
-
-Kept in the package so that ``tools/`` stays a thin shell and ``mmddp_ext.launch`` can run the
-same function in its workers. See ``tools/dist_train.py`` for the command-line documentation.
+"""The training entry behind ``tools/dist_train.py``: the config with the flags applied, every
+refusal before the rendezvous (one pass: :func:`check_config`), the process group, the runner,
+and a failure record when a rank raises. In the package so that ``tools/`` stays a thin shell
+and :func:`mmddp_ext.launch` runs the same :func:`main` in its workers; the flags are
+:mod:`.cli`'s, the ways to start it docs/launching.md.
 """
 import argparse
 import faulthandler

@@ -1,7 +1,10 @@
-"""Find GPU memory held by the wrong process (stray CUDA contexts, foreign jobs).
+"""Memory: what each rank holds and why, read and forecast.
 
-:mod:`.stray` is pure and compares the ranks' identities with NVML's process tables;
-:mod:`.nvml` reads those tables (``pynvml`` is imported only when a live reader is used).
+Readers (:mod:`.stats`: host and device memory per rank; :mod:`.nvml`: NVML's process tables,
+``pynvml`` imported only when a live reader is used), the pure comparisons and rules
+(:mod:`.stray`: memory held by the wrong process; :mod:`.oom`: what is an out-of-memory error
+and what fits instead; :mod:`.forecast`: the fit behind ``--explain --memory``) and
+:mod:`.budget` (``scaling.memory_budget_mib``). docs/memory.md shows them at work.
 """
 from .nvml import (NvmlProcessTableReader, ProcessTableReader, RecordedProcessTableReader,
                    physical_device_index)

@@ -1,44 +1,11 @@
-"""Measure the largest per-device batch that fits on every rank (``max_batch_per_device='auto'``).
+"""The batch finder: the largest per-device batch that fits on every rank
+(``max_batch_per_device='auto'``), measured by :func:`find_max_batch` before the Runner is
+built, on a model of its own, and stored for the next run (:func:`cache_location`,
+:func:`correct_cache`).
 
-:func:`find_max_batch` runs before the Runner is built, on a model of its own:
-
-1. the model from ``cfg.model`` on this rank's device, wrapped like the Runner will wrap it
-   (DDP's gradient buckets, or ``MicrobatchDDP``'s flat gradients, are allocated when the
-   wrapper is built, so they are in the measurement), the
-   optimizer from ``cfg.optim_wrapper``, and real samples from ``cfg.train_dataloader`` (this
-   rank's part of the sampler's order, through the training pipeline);
-2. a warm-up step at one sample allocates what training holds from its first optimizer
-   step on (the optimizer's state, e.g. Adam's two moments; the libraries and kernels a first
-   step loads), so every trial starts from training's steady state and a trial that fits
-   leaves no more behind than the one before it (without it, the first trial that fitted
-   allocated the optimizer's state at its end: 118 MiB on the 128×128 demo, measured before
-   the next trial and not during the fitted one). The warm-up must fit on every rank, or
-   nothing fits;
-3. every trial is forward + backward + optimizer step on a batch of those samples, run on the
-   inner model so that no collective runs inside it (an out-of-memory error on one rank would
-   leave the ranks' collectives out of step); a reserve (:func:`reserve_bytes`) is held
-   during the trial, so what fits leaves that much free for what training adds. With DDP
-   the trial's gradients are a copy beside the buckets, which errs on the safe side;
-4. after each trial the ranks agree (MIN over ranks of "it fitted"), so every rank follows the
-   same search (:func:`mmddp_ext.scaling.search.search_max_batch`);
-5. the model is dropped before the Runner builds its own, and the result is stored in
-   ``<work_dir>/batch_probe.json``: a restart with the same model, pipeline, optimizer, device,
-   budget and world size reads it instead of probing again.
-
-A trial cannot hold everything training will (the Runner's hooks, the dataloader, a kernel
-that needs a workspace only in a later iteration): the reserve is kept free for that, and
-:class:`TrialBaseline` (what this rank held between trials, and the reserve) lets training
-check after its first optimizer step that what it holds beyond the trials fits in the reserve
-(:class:`~mmddp_ext.hooks.ScalingHook` logs the check). The answer is also guarded: with ``'auto'``
-the model wrapper is :class:`~mmddp_ext.dist.microbatch.MicrobatchDDP` unless
-``scaling.on_oom`` says otherwise. If a training step then runs out of memory on any rank,
-every rank agrees and redoes it as micro-batches (global batch and LR unchanged), the log says
-which batch is now in use, and :func:`correct_cache` stores it, so the next run plans with it.
-
-One trial, two users (:mod:`mmddp_ext.runner.trials`): :meth:`Trials.run` is the step of the
-finder (:meth:`Trials.fits`, agreed by all ranks) and of the memory forecast
-(:func:`~mmddp_ext.runner.trials.measure_steps`: one process, peaks read per step, for
-``dist_train.py --explain --memory``).
+How it measures (the warm-up step, trials with a reserve held, the ranks' agreement after
+each, the stored result) and how training checks and guards its answer: docs/scaling.md,
+"Finding the per-device batch that fits". The trial step is :mod:`mmddp_ext.runner.trials`.
 """
 import json
 import os.path as osp

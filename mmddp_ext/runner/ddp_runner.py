@@ -1,44 +1,12 @@
-"""``DDPRunner``: MMEngine's Runner with a scaling plan applied before anything is built.
+"""``DDPRunner``: MMEngine's Runner with the scaling plan applied before anything is built
+(``runner_type = 'DDPRunner'``; ``mmddp_ext::_base_/ddp_runtime.py`` sets it).
 
-Use it with ``runner_type = 'DDPRunner'`` (our ``_base_/ddp_runtime.py`` sets it). MMEngine's
-``Runner.train()`` builds the dataloader, then the optimizer, scales the LR, then builds the
-schedulers; batch size, accumulation, LR and iteration counts must be settled before that, so
-the plan is computed and applied in :meth:`DDPRunner.from_cfg` (a config with nothing to
-train is built as MMEngine's Runner builds it):
-
-1. the world size comes from the initialised process group, else from the launcher's
-   environment (validated by :mod:`mmddp_ext.dist.env`);
-2. the ``scaling`` block is parsed; ``memory_budget_mib`` is enforced and, with
-   ``max_batch_per_device='auto'``, the per-device batch that fits on every rank is measured
-   (:mod:`mmddp_ext.runner.batch_finder`); then the block is planned (:mod:`mmddp_ext.scaling`) and
-   applied to a copy of the config; ``auto_scale_lr.enable`` is switched off afterwards
-   because the plan already includes MMEngine's rule (with accumulation) — so there is no
-   double scaling;
-3. an :class:`~mmddp_ext.hooks.AgreementHook` (every rank's dataset, model, config and
-   versions compared before the first iteration), a
-   :class:`~mmddp_ext.hooks.ScalingHook` (logs the plan, stores it in checkpoints,
-   reconciles a resume on another world size), a
-   :class:`~mmddp_ext.hooks.RankMemoryHook` (``interval=50``) and a
-   :class:`~mmddp_ext.hooks.FiniteLossHook` (``action='stop'``), a
-   :class:`~mmddp_ext.hooks.HangWatchdogHook` (names a stuck rank) and a
-   :class:`~mmddp_ext.hooks.PreemptionHook` (SIGTERM/SIGUSR1: save and stop) are added unless
-   the config's ``custom_hooks`` list them already; an epoch-based train loop is a
-   :class:`~mmddp_ext.runner.resumable_loop.ResumableEpochLoop` (resumes mid-epoch at the
-   next batch);
-4. checkpoints are written atomically (temporary file, fsync, rename), in a form plain
-   ``torch.load`` opens (:meth:`DDPRunner.call_hook`), never with non-finite weights and
-   never such a one as "best" (:meth:`DDPRunner.save_checkpoint`,
-   :meth:`DDPRunner.register_hook`), and resumed with ``map_location='cpu'``; a ``--resume``
-   that finds no checkpoint says so in one line (:meth:`DDPRunner.load_or_resume`);
-5. distributed runs get the lean DDP wrapper (:func:`mmddp_ext.dist.wrapper.model_wrapper_for`;
-   :class:`~mmddp_ext.dist.microbatch.MicrobatchDDP` with ``on_oom='microbatch'``) and, if
-   nobody initialised the process group yet (e.g. MMDetection's ``tools/train.py``), it is
-   initialised here (:func:`mmddp_ext.dist.launch.ensure_process_group`) — gloo on CPU, where
-   MMEngine's CUDA-only ``init_dist`` fails;
-6. known-harmless warnings of MMEngine and MMPose are filtered, narrowly
-   (:mod:`mmddp_ext.utils.quiet`);
-7. DataLoader worker processes die with their rank (:func:`mmddp_ext.dist.workers.tie_workers`:
-   a rank killed by SIGKILL leaves no orphaned workers).
+:meth:`DDPRunner.from_cfg` plans (or takes the plan the entry made,
+:func:`~mmddp_ext.scaling.apply.check_scaling`), measures ``max_batch_per_device='auto'``
+(:mod:`.batch_finder`), applies the plan to a copy of the config and adds
+:data:`DEFAULT_HOOKS`; the other methods are MMEngine's, each extended where its name says.
+What that adds for a user is the README's list under "Use it in your configs"; the plan is
+docs/scaling.md, checkpoints docs/reliability.md.
 """
 import copy
 import os
