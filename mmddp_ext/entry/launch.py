@@ -21,16 +21,10 @@ def launch(config: Union[str, Config], nproc_per_node: int = 1, nnodes: int = 1,
     Args:
         config: a config path, ``pkg::path``, or an ``mmengine.Config`` (dumped to a
             temporary file first).
-        nproc_per_node: processes on this node (one per GPU; any number on CPU).
-        nnodes: number of nodes; with more than one, run this on every node with its
-            ``node_rank`` and the same ``master_addr``/``master_port``.
-        node_rank: this node's index.
-        master_addr: host of node 0.
-        master_port: rendezvous port on node 0; None picks a free one (single node only).
         args: further ``dist_train.py`` arguments, e.g. ``['--work-dir', 'w']``.
-        max_restarts: how often the agent restarts failed workers.
-        run_id: rendezvous id (default: a fresh one).
-        start_method: multiprocessing start method of the workers.
+        nproc_per_node, nnodes, node_rank, master_addr, master_port, max_restarts, run_id,
+            start_method: as :func:`mmddp_ext.dist.launch.launch_workers` takes them
+            (``nproc_per_node``: one per GPU, any number on a CPU).
 
     Returns:
         ``{rank: return value}`` of the local workers (0 on success).

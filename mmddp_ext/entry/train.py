@@ -23,6 +23,7 @@ from ..dist.wrapper import ddp_param_names, model_wrapper_for
 from ..errors import UserError
 from ..hooks.preemption_hook import STOPPED_EXIT_CODE, TrainingStopped
 from ..scaling.apply import CheckedScaling, check_scaling
+from ..utils.checks import did_you_mean
 from ..utils.config import load_config
 from .cli import build_parser, default_work_dir, parse_args  # noqa: F401  (the entry's API)
 
@@ -51,15 +52,12 @@ def build_config(args: argparse.Namespace, env: Optional[DistEnv] = None) -> Con
 def check_runner_type(cfg: Config) -> None:
     """One-line errors for an unknown ``runner_type`` and for a ``scaling`` block that the
     chosen runner would silently ignore."""
-    import difflib
-
     from mmengine.registry import RUNNERS
     runner_type = cfg.get('runner_type')
     if runner_type is not None and RUNNERS.get(runner_type) is None:
         known = sorted(RUNNERS.module_dict)
-        close = difflib.get_close_matches(str(runner_type), known, n=1)
         raise UserError(f'runner_type={runner_type!r} is not a registered runner' +
-                        (f' (did you mean {close[0]!r}?)' if close else '') +
+                        did_you_mean(runner_type, known) +
                         f'; known: {", ".join(known)}. A custom runner needs its module in '
                         'custom_imports')
     from ..runner.ddp_runner import plans

@@ -26,7 +26,6 @@ Example::
 
     custom_hooks = [dict(type='FiniteLossHook', action='warn')]
 """
-import difflib
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -34,6 +33,8 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
+
+from ..utils.checks import did_you_mean
 
 ACTIONS = ('stop', 'warn', 'skip')
 
@@ -122,9 +123,8 @@ def nonfinite_grads(params: Sequence[torch.nn.Parameter]) -> List[int]:
 def _check_action(action: Any) -> str:
     if action in ACTIONS:
         return action
-    close = difflib.get_close_matches(str(action), ACTIONS, n=1)
     raise ValueError(f'FiniteLossHook action={action!r} is not one of {", ".join(ACTIONS)}' +
-                     (f' (did you mean {close[0]!r}?)' if close else '') +
+                     did_you_mean(action, ACTIONS) +
                      "; e.g. custom_hooks = [dict(type='FiniteLossHook', action='warn')]")
 
 

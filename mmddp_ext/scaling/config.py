@@ -8,11 +8,11 @@ A config may carry a block such as::
 mistake is a :class:`ValueError` whose message names the key, the value received, the
 constraint and a fix. This module is pure standard library (no torch, no mmengine).
 """
-import difflib
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
 from ..utils.checks import is_positive_int  # also imported from here by other modules
+from ..utils.checks import closest, did_you_mean
 
 SCALING_KEYS = ('global_batch_size', 'max_batch_per_device', 'base_batch_size', 'lr_rule',
                 'schedule', 'memory_budget_mib', 'on_oom')
@@ -67,10 +67,7 @@ def check_choice(key: str, value: Any, allowed: tuple) -> None:
     if isinstance(value, str) and value in allowed:
         return
     choices = ', '.join(repr(a) for a in allowed)
-    hint = ''
-    if isinstance(value, str):
-        close = difflib.get_close_matches(value, allowed, n=1)
-        hint = f' (did you mean {close[0]!r}?)' if close else ''
+    hint = did_you_mean(value, allowed) if isinstance(value, str) else ''
     raise ValueError(f'{key}={value!r} is not allowed{hint}: use one of {choices}, '
                      f'e.g. {key}={allowed[0]}')
 
@@ -138,8 +135,8 @@ def _check_keys(block: Mapping[str, Any]) -> None:
     for key in block:
         if key in SCALING_KEYS:
             continue
-        close = difflib.get_close_matches(str(key), SCALING_KEYS, n=1)
-        hint = f': did you mean {close[0]!r}?' if close else '.'
+        close = closest(key, SCALING_KEYS)
+        hint = f': did you mean {close!r}?' if close is not None else '.'
         raise ValueError(f'unknown key scaling.{key} {key!r}{hint} Valid keys: {valid}')
 
 

@@ -7,8 +7,9 @@ mistake), and nothing is converted: ``'3'`` and ``3.0`` are not ints. Messages r
 
 Standard library only, like the pure cores that use it (``scaling/``).
 """
+import difflib
 import math
-from typing import Any, Type, TypeVar
+from typing import Any, Optional, Sequence, Type, TypeVar
 
 T = TypeVar('T')
 
@@ -77,3 +78,15 @@ def positive_number(name: str, value: T, what: str = 'a positive number', hint: 
     if not is_positive_number(value, finite):
         raise _must_be(name, value, what, hint, error)
     return value
+
+
+def closest(value: Any, known: Sequence[str]) -> Optional[str]:
+    """The entry of ``known`` closest to ``value`` as text, when one is close, else None."""
+    close = difflib.get_close_matches(str(value), list(known), n=1)
+    return close[0] if close else None
+
+
+def did_you_mean(value: Any, known: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` for the entry of ``known`` closest to ``value``, or ``''``."""
+    close = closest(value, known)
+    return f' (did you mean {close!r}?)' if close is not None else ''
