@@ -48,13 +48,15 @@ PRIVATE_NAMES: Tuple[PrivateName, ...] = (
         'micro-batches of one step must count as one accumulation step; OptimWrapper exposes '
         'the counter only through initialize_count_status, which also resets max_counts'),
     PrivateName(
-        'mmengine.hooks:CheckpointHook', '_save_checkpoint_with_step', 'class', 'checkpoint.py',
+        'mmengine.hooks:CheckpointHook', '_save_checkpoint_with_step', 'class',
+        'checkpoint/save.py',
         'a save with non-finite weights is refused before CheckpointHook removes old '
         'checkpoints or records last_checkpoint; the hook has no public step in between'),
-    PrivateName('mmengine.hooks:CheckpointHook', '_save_best_checkpoint', 'class', 'checkpoint.py',
+    PrivateName('mmengine.hooks:CheckpointHook', '_save_best_checkpoint', 'class',
+                'checkpoint/save.py',
                 'as _save_checkpoint_with_step: a refused save must never become the best one'),
     PrivateName(
-        'mmengine.logging:HistoryBuffer', '_statistics_methods', 'class', 'checkpoint.py',
+        'mmengine.logging:HistoryBuffer', '_statistics_methods', 'class', 'checkpoint/loader.py',
         'the safe checkpoint loader allows exactly the registered statistics methods; '
         'HistoryBuffer has no public list of them'),
 )
