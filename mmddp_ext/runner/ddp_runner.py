@@ -25,7 +25,8 @@ from mmengine.runner import Runner
 from ..checkpoint import (DISK_FULL, disk_full_error, from_plain, guard_checkpoint_hook,
                           nonfinite_tensors, previous_checkpoint, refusal, to_plain)
 from ..dist.agree import agree_or_stop, view_of
-from ..dist.launch import ensure_process_group, read_launch_env
+from ..dist.env import read_dist_env
+from ..dist.launch import ensure_process_group
 from ..dist.workers import tie_workers
 from ..dist.wrapper import batchnorm_for_cpu, ddp_param_names, model_wrapper_for
 from ..gpu import gpus, rank_device
@@ -59,11 +60,12 @@ def _disk_usage(path: str) -> Optional[Tuple[int, int]]:
 def _layout(launcher: str) -> Tuple[int, int]:
     """``(world size, this rank's index on its node)``: from the process group once one exists
     (``LOCAL_RANK``, which we set when we start one), else from the launcher's variables by the
-    entry's own rule (:func:`~mmddp_ext.dist.launch.read_launch_env`)."""
+    one rule the entry and the process group's start use too (the visible GPUs counted,
+    :func:`~mmddp_ext.dist.launch.read_launch_env`; here without asking Slurm for an address)."""
     import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(), int(os.environ.get('LOCAL_RANK', 0))
-    env = read_launch_env(launcher)
+    env = read_dist_env(os.environ, launcher, num_gpus=gpus().count())
     return env.world_size, env.local_rank
 
 
