@@ -7,10 +7,10 @@ from .loader import (UNSAFE_ENV, load_checkpoint_file, load_from_local_safe, reg
                      safe_globals)
 from .plain import PLAIN_KEY, from_plain, to_plain
 from .save import (DISK_FULL, disk_full_error, guard_checkpoint_hook, nonfinite_tensors,
-                   previous_checkpoint, refusal)
+                   previous_checkpoint, refusal_message)
 
 __all__ = [
     'UNSAFE_ENV', 'load_checkpoint_file', 'load_from_local_safe', 'register_safe_loader',
     'safe_globals', 'PLAIN_KEY', 'from_plain', 'to_plain', 'DISK_FULL', 'disk_full_error',
-    'guard_checkpoint_hook', 'nonfinite_tensors', 'previous_checkpoint', 'refusal'
+    'guard_checkpoint_hook', 'nonfinite_tensors', 'previous_checkpoint', 'refusal_message'
 ]

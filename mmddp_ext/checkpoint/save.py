@@ -31,7 +31,7 @@ def nonfinite_tensors(model: torch.nn.Module) -> Tuple[List[str], int]:
     return [name for (name, _), ok in zip(tensors, flags.tolist()) if not ok], len(tensors)
 
 
-def refusal(what: str, bad: List[str], total: int) -> str:
+def refusal_message(what: str, bad: List[str], total: int) -> str:
     """The one line that says a save was refused: ``what``, how many tensors are not finite
     and the first three names."""
     shown = ', '.join(bad[:3]) + (', ...' if len(bad) > 3 else '')

@@ -101,7 +101,7 @@ def user_frame(frames: List[Frame]) -> Optional[Frame]:
     return None
 
 
-def where(frames: List[Frame]) -> str:
+def site_text(frames: List[Frame]) -> str:
     """One line: the innermost frame, and the user's line when that is elsewhere."""
     if not frames:
         return 'no Python frame recorded'
@@ -126,14 +126,14 @@ def split_ranks(stacks: Dict[int, List[Frame]],
         not arrive, if the ranks differ.
     """
     waiting = {r: s for r, s in ((r, wait_site(f)) for r, f in stacks.items()) if s}
-    not_arrived = {r: where(f) for r, f in stacks.items() if r not in waiting}
+    not_arrived = {r: site_text(f) for r, f in stacks.items() if r not in waiting}
     if not not_arrived:
         known = {r: c for r, c in completed.items() if r in stacks}
         values = [(-1 if c is None else c) for c in known.values()]
         if values and min(values) != max(values):
             low = min(values)
             not_arrived = {
-                r: where(stacks[r])
+                r: site_text(stacks[r])
                 for r, c in known.items() if (-1 if c is None else c) == low
             }
             waiting = {r: s for r, s in waiting.items() if r not in not_arrived}

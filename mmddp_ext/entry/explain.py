@@ -7,7 +7,7 @@ from typing import Any, Dict, Optional
 
 from ..dist.env import DistEnv
 from ..memory.forecast import render_forecast
-from ..runner.ddp_runner import plans
+from ..runner.ddp_runner import applies_plan
 from ..scaling.apply import CheckedScaling, apply_plan, plan_for_config
 from ..scaling.plan import ScalingPlan
 from ..scaling.report import plan_table
@@ -35,7 +35,7 @@ def explain(cfg: Any, world_size: int, env: DistEnv,
     changes = apply_plan(applied, plan)
     out = plan.to_dict()
     out.update(_loop(applied))
-    if not plans(cfg.get('runner_type')):
+    if not applies_plan(cfg.get('runner_type')):
         out['warnings'] = list(out['warnings']) + [
             f"runner_type is {repr(cfg['runner_type']) if 'runner_type' in cfg else 'not set'}"
             ": training keeps MMEngine's "

@@ -60,8 +60,8 @@ def check_runner_type(cfg: Config) -> None:
                         did_you_mean(runner_type, known) +
                         f'; known: {", ".join(known)}. A custom runner needs its module in '
                         'custom_imports')
-    from ..runner.ddp_runner import plans
-    if cfg.get('scaling') is not None and not plans(runner_type):
+    from ..runner.ddp_runner import applies_plan
+    if cfg.get('scaling') is not None and not applies_plan(runner_type):
         raise UserError(f'the config sets `scaling` but runner_type is {runner_type!r}, which '
                         "ignores it: set runner_type='DDPRunner' (or inherit "
                         'mmddp_ext::_base_/ddp_runtime.py), or remove the scaling block')
@@ -72,9 +72,9 @@ def check_config(cfg: Config, world_size: int, distributed: bool) -> Optional[Ch
     a bad ``runner_type``, a ``scaling`` block the runner ignores, a bad ``scaling`` block,
     settings this machine cannot honour. Returns the checked block and its plan when the
     runner plans (for :func:`build_runner`, which then does not parse or plan again)."""
-    from ..runner.ddp_runner import plans
+    from ..runner.ddp_runner import applies_plan
     check_runner_type(cfg)
-    if plans(cfg.get('runner_type')):
+    if applies_plan(cfg.get('runner_type')):
         return check_scaling(cfg, world_size, _visible_gpus() > 0, distributed)
     return None
 
@@ -168,8 +168,8 @@ def _train(args: argparse.Namespace, env: DistEnv) -> int:
             notes.append(f'threads per process: {threads} ({os.cpu_count()} cores shared by '
                          f'{env.local_world_size} processes on this node; OMP_NUM_THREADS '
                          f'was not set; set it to choose)')
-        from ..runner.ddp_runner import plans
-        if env.distributed and not plans(cfg.get('runner_type')):
+        from ..runner.ddp_runner import applies_plan
+        if env.distributed and not applies_plan(cfg.get('runner_type')):
             # a stock runner: the lean DDP wrapper (DDPRunner decides its own in from_cfg)
             cfg.model_wrapper_cfg = model_wrapper_for(cfg, True, local_rank=env.local_rank)
         notes += ensure_process_group(env.launcher, cfg.get('env_cfg', {}).get('dist_cfg'), env)

@@ -23,7 +23,7 @@ from mmengine.registry import MODEL_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
 from ..checkpoint import (DISK_FULL, disk_full_error, from_plain, guard_checkpoint_hook,
-                          nonfinite_tensors, previous_checkpoint, refusal, to_plain)
+                          nonfinite_tensors, previous_checkpoint, refusal_message, to_plain)
 from ..dist.agree import agree_or_stop, view_of
 from ..dist.env import read_dist_env
 from ..dist.launch import ensure_process_group
@@ -33,7 +33,7 @@ from ..gpu import gpus, rank_device
 from ..memory.budget import apply_budget
 from ..scaling.apply import CheckedScaling, apply_plan, check_scaling, plan_for_config
 from ..scaling.config import ScalingConfig
-from ..utils.io import commit
+from ..utils.io import move_into_place
 from ..utils.quiet import quiet_logger, quiet_warnings
 from .resumable_loop import resumable_loop_cfg
 
@@ -57,7 +57,7 @@ def _disk_usage(path: str) -> Optional[Tuple[int, int]]:
     return usage.free, usage.total
 
 
-def _layout(launcher: str) -> Tuple[int, int]:
+def _read_layout(launcher: str) -> Tuple[int, int]:
     """``(world size, this rank's index on its node)``: from the process group once one exists
     (``LOCAL_RANK``, which we set when we start one), else from the launcher's variables by the
     one rule the entry and the process group's start use too (the visible GPUs counted,
@@ -110,7 +110,7 @@ def _measure(cfg: Any, checked: CheckedScaling,
                                            scaling.memory_budget_mib), baseline
 
 
-def trains(cfg: Any) -> bool:
+def has_training_parts(cfg: Any) -> bool:
     """Whether ``cfg`` has the training parts (``train_dataloader``, ``train_cfg`` and
     ``optim_wrapper``). Without them, e.g. a config built only to validate or test, there is
     nothing to plan; MMEngine itself rejects a config that has only some of them."""
@@ -132,7 +132,7 @@ def runner_class(runner_type: Any) -> Optional[type]:
     return cls if isinstance(cls, type) else None
 
 
-def plans(runner_type: Any) -> bool:
+def applies_plan(runner_type: Any) -> bool:
     """Whether ``runner_type`` (a config's) names :class:`DDPRunner` or a registered subclass,
     i.e. a runner that applies the ``scaling`` plan."""
     cls = runner_class(runner_type)
@@ -167,14 +167,15 @@ class DDPRunner(Runner):
 
         ``checked``: what the entry point parsed, checked and planned already for this world
         size (:func:`~mmddp_ext.scaling.apply.check_scaling`; ``tools/dist_train.py`` passes
-        it); without it that is done here. A config without training parts (see
-        :func:`trains`) is built unplanned, as MMEngine's Runner builds it (the ``scaling``
-        block does not apply); distributed runs still get the lean DDP wrapper and our hooks.
+        it); without it that is done here. A config without training parts
+        (:func:`has_training_parts`) is built unplanned, as MMEngine's Runner builds it (the
+        ``scaling`` block does not apply); distributed runs still get the lean DDP wrapper and
+        our hooks.
         """
         cfg = copy.deepcopy(cfg if isinstance(cfg, Config) else Config(cfg))
         launcher = cfg.get('launcher', 'none')
-        world_size, local_rank = _layout(launcher)
-        training = trains(cfg)
+        world_size, local_rank = _read_layout(launcher)
+        training = has_training_parts(cfg)
         distributed = launcher != 'none'
         if training and (checked is None or checked.world_size != world_size):
             checked = check_scaling(cfg, world_size, gpus().available(), distributed)
@@ -275,7 +276,7 @@ class DDPRunner(Runner):
         try:
             super().save_checkpoint(out_dir, osp.basename(part), *args)
             if main:
-                commit(part, osp.join(out_dir, filename))
+                move_into_place(part, osp.join(out_dir, filename))
         except BaseException as e:
             if main and osp.exists(part):
                 os.remove(part)
@@ -291,7 +292,7 @@ class DDPRunner(Runner):
         model = self.model.module if is_model_wrapper(self.model) else self.model
         bad, total = nonfinite_tensors(model)
         if bad:
-            self.logger.warning(refusal(what, bad, total))
+            self.logger.warning(refusal_message(what, bad, total))
         return not bad
 
     def register_hook(self, hook: Any, priority: Any = None) -> None:

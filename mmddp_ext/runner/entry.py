@@ -19,7 +19,7 @@ from typing import Any
 
 from mmengine.runner import Runner
 
-from .ddp_runner import plans, runner_class
+from .ddp_runner import applies_plan, runner_class
 
 _PATCHED = '_mmddp_ext_honours_runner_type'
 
@@ -50,7 +50,7 @@ def honour_runner_type() -> None:
         stock_init(self, *args, **kwargs)
         if type(self) is Runner:
             asked = (getattr(self, 'cfg', None) or {}).get('runner_type')
-            if plans(asked):
+            if applies_plan(asked):
                 self.logger.warning(
                     f'[mmddp_ext] this config asks for runner_type={asked!r}, but a stock '
                     'mmengine Runner was built (Runner(...) directly): no scaling plan, no '

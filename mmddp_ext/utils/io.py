@@ -14,7 +14,7 @@ def fsync_path(path: str) -> None:
         os.close(fd)
 
 
-def commit(part: str, path: str, durable: bool = True) -> None:
+def move_into_place(part: str, path: str, durable: bool = True) -> None:
     """Make the complete temporary file ``part`` appear as ``path`` in one step: a reader
     sees the old file or the new one, never half of one. ``durable`` also survives a crash of
     the host (fsync of the file and of its folder); without it, only of the process."""
@@ -26,13 +26,13 @@ def commit(part: str, path: str, durable: bool = True) -> None:
 
 
 def atomic_write_text(path: str, text: str, durable: bool = True) -> None:
-    """Write ``text`` to ``path`` atomically (see :func:`commit`); creates the folder."""
+    """Write ``text`` to ``path`` atomically (see :func:`move_into_place`); creates the folder."""
     os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
     part = osp.join(osp.dirname(osp.abspath(path)), f'.{osp.basename(path)}.part')
     try:
         with open(part, 'w') as f:
             f.write(text)
-        commit(part, path, durable)
+        move_into_place(part, path, durable)
     except BaseException:
         if osp.exists(part):
             os.remove(part)

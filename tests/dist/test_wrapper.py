@@ -96,7 +96,7 @@ def test_the_wrapper_is_on_the_rank_s_derived_device(monkeypatch, visible_gpus, 
     from mmddp_ext.dist.launch import read_launch_env
     from mmddp_ext.gpu import use_gpus
     from mmddp_ext.gpu.cuda import CudaGpus
-    from mmddp_ext.runner.ddp_runner import _layout
+    from mmddp_ext.runner.ddp_runner import _read_layout
     for key in ('LOCAL_RANK', 'LOCAL_WORLD_SIZE'):
         monkeypatch.delenv(key, raising=False)
     for key, value in dict(RANK='3', WORLD_SIZE='8', MASTER_ADDR='h', MASTER_PORT='29500',
@@ -107,7 +107,7 @@ def test_the_wrapper_is_on_the_rank_s_derived_device(monkeypatch, visible_gpus, 
     previous = use_gpus(CudaGpus())
     try:
         env = read_launch_env('pytorch', num_gpus=visible_gpus)
-        world, local_rank = _layout('pytorch')
+        world, local_rank = _read_layout('pytorch')
         assert (env.local_rank, world, local_rank) == (expected, 8, expected)
         assert model_wrapper_for(_cfg(), True, local_rank=env.local_rank)['device_ids'] == \
             [expected]
@@ -116,9 +116,9 @@ def test_the_wrapper_is_on_the_rank_s_derived_device(monkeypatch, visible_gpus, 
 
 
 def test_ddp_runner_derives_the_local_rank_from_the_launchers_variables(monkeypatch):
-    from mmddp_ext.runner.ddp_runner import _layout
+    from mmddp_ext.runner.ddp_runner import _read_layout
     for key, value in dict(RANK='3', WORLD_SIZE='4', LOCAL_WORLD_SIZE='2', MASTER_ADDR='h',
                            MASTER_PORT='29500').items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv('LOCAL_RANK', raising=False)
-    assert _layout('pytorch') == (4, 1)  # LOCAL_RANK = RANK % LOCAL_WORLD_SIZE
+    assert _read_layout('pytorch') == (4, 1)  # LOCAL_RANK = RANK % LOCAL_WORLD_SIZE

@@ -11,7 +11,7 @@ from mmddp_ext.gpu import use_gpus
 from mmddp_ext.gpu.fake import FakeGpus, make_fake_host
 from mmddp_ext.memory.budget import apply_budget, held_bytes
 from mmddp_ext.memory.stats import MemoryReader
-from mmddp_ext.runner.ddp_runner import _layout
+from mmddp_ext.runner.ddp_runner import _read_layout
 
 MIB = 2**20
 
@@ -85,5 +85,5 @@ def test_hand_set_variables_derive_local_rank_from_the_gpu_count(fake, monkeypat
     monkeypatch.setenv('WORLD_SIZE', '4')
     monkeypatch.setenv('MASTER_ADDR', '127.0.0.1')
     monkeypatch.setenv('MASTER_PORT', '29500')
-    assert _layout('pytorch') == (4, local)  # rank 3 on a host of `count` GPUs
+    assert _read_layout('pytorch') == (4, local)  # rank 3 on a host of `count` GPUs
     assert os.environ.get('LOCAL_RANK') is None  # read, not written

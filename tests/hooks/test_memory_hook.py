@@ -76,7 +76,11 @@ def test_two_process_run_logs_writes_and_plots(healthy_run):
             # before and the hook's own may be missing from both, and no more than that
             fell = max(0, b['rss_low'] - b['rss_high'])
             assert s['peak_rss'] >= b['hwm_low'] - fell - MIB, (s, b)
-        assert lines[1]['peak_rss'] >= max(lines[0]['peak_rss'], lines[0]['rss'])  # kept
+        # a peak above the RSS of its moment is the stored mark, and a stored mark is kept
+        # (a peak equal to the RSS then may be the RSS alone: Linux stores the mark lazily,
+        # and a real run reported 1208632 KiB, then 1208476 KiB, at two RSS readings)
+        if lines[0]['peak_rss'] > lines[0]['rss'] + MIB:
+            assert lines[1]['peak_rss'] >= lines[0]['peak_rss'] - MIB, lines
     assert len(pids) == 2  # one process per rank, both named in the table
     assert out.count('CPU run: host RSS (peak RSS) per rank') == 2
     assert 'rank 1 ' in out.split('CPU run: host RSS (peak RSS) per rank')[1]
