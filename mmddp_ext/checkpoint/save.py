@@ -8,6 +8,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
+from ..utils.tensors import nonfinite_indices
 from ..utils.units import format_mib
 
 
@@ -24,11 +25,8 @@ def nonfinite_tensors(model: torch.nn.Module) -> Tuple[List[str], int]:
     tensors = [(name, t)
                for name, t in itertools.chain(model.named_parameters(), model.named_buffers())
                if t.is_floating_point()]
-    if not tensors:
-        return [], 0
-    device = tensors[0][1].device
-    flags = torch.stack([torch.isfinite(t).all().to(device) for _, t in tensors]).cpu()
-    return [name for (name, _), ok in zip(tensors, flags.tolist()) if not ok], len(tensors)
+    bad = nonfinite_indices([t for _, t in tensors])
+    return [tensors[i][0] for i in bad], len(tensors)
 
 
 def refusal_message(what: str, bad: List[str], total: int) -> str:

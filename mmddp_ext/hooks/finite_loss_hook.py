@@ -35,6 +35,7 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
 from ..utils.checks import did_you_mean
+from ..utils.tensors import nonfinite_indices
 
 ACTIONS = ('stop', 'warn', 'skip')
 
@@ -113,11 +114,7 @@ def nonfinite_grads(params: Sequence[torch.nn.Parameter]) -> List[int]:
     """Indices of the parameters in ``params`` whose gradient has a NaN or Inf; one
     device-to-host copy in all, no collective."""
     present = [(i, p.grad) for i, p in enumerate(params) if p.grad is not None]
-    if not present:
-        return []
-    flags = torch.stack([torch.isfinite(g).all().to(present[0][1].device)
-                         for _, g in present]).cpu()
-    return [i for (i, _), ok in zip(present, flags.tolist()) if not ok]
+    return [present[j][0] for j in nonfinite_indices([g for _, g in present])]
 
 
 def _check_action(action: Any) -> str:
