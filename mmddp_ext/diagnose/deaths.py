@@ -8,6 +8,7 @@ import signal
 import subprocess
 from typing import Dict, List, Optional
 
+from ..utils.process import host_memory_bytes
 from ..utils.units import format_mib
 
 LAUNCHER_STOP = ('SIGTERM', 'SIGINT', 'SIGHUP')  # how a launcher or a person stops a job
@@ -42,8 +43,7 @@ def kernel_log(pid: int, run=subprocess.run) -> Optional[List[str]]:
 def host_memory_total() -> Optional[int]:
     """This host's memory, bytes (psutil), or None."""
     try:
-        import psutil
-        return psutil.virtual_memory().total
+        return host_memory_bytes()
     except Exception:
         return None
 

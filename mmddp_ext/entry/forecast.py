@@ -15,6 +15,7 @@ from ..runner.batch_finder import reserve_bytes
 from ..runner.trials import measure_steps
 from ..scaling.apply import CheckedScaling, scaling_of
 from ..scaling.config import ScalingConfig
+from ..utils.process import host_memory_bytes
 from ..utils.units import MIB
 
 
@@ -26,8 +27,7 @@ def _device_memory(text: Optional[str], device: Any, ranks_per_node: int) -> Tup
         g = gpus()
         total = g.mem_get_info(device.index)[1] / MIB
         return total, f'total memory of {device} ({g.name(device.index)})'
-    import psutil
-    total = psutil.virtual_memory().total / MIB
+    total = host_memory_bytes() / MIB
     return total / ranks_per_node, (f'CPU: {total:.0f} MiB of RAM shared by {ranks_per_node} '
                                     f'rank(s) on this node')
 

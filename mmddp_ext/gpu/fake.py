@@ -29,6 +29,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import psutil
 import torch
 
+from ..utils.process import rss_bytes
 from . import FAKE_ENV, ProcessRow, physical
 
 GIB, MIB = 2**30, 2**20
@@ -211,7 +212,7 @@ class FakeGpus:
         if p not in self._contexts:
             self._contexts.append(p)
             if self._is_current(p):
-                self._base_rss = psutil.Process().memory_info().rss
+                self._base_rss = rss_bytes()
             self._publish()
 
     def _is_current(self, p: int) -> bool:
@@ -220,7 +221,7 @@ class FakeGpus:
     def _grown(self) -> int:
         if self._base_rss is None:
             return 0
-        return max(0, psutil.Process().memory_info().rss - self._base_rss)
+        return max(0, rss_bytes() - self._base_rss)
 
     def _publish(self) -> None:
         used = {}

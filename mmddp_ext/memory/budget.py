@@ -30,10 +30,10 @@ import resource
 from dataclasses import dataclass
 from typing import Optional
 
-import psutil
 import torch
 
 from ..gpu import gpus
+from ..utils.process import address_space_bytes
 from ..utils.units import MIB
 
 
@@ -75,7 +75,7 @@ def _limit_address_space(nbytes: int) -> int:
     # more address space per batch size tried); without its cache every trial and step
     # starts from the same memory. Read by oneDNN when it first runs; a user's value wins.
     os.environ.setdefault('ONEDNN_PRIMITIVE_CACHE_CAPACITY', '0')
-    vms = psutil.Process().memory_info().vms
+    vms = address_space_bytes()
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     limit = vms + nbytes
     for existing in (soft, hard):
@@ -128,4 +128,4 @@ def held_bytes(device: torch.device) -> int:
     ``device`` (the caching allocator's free blocks are reused by the next step)."""
     if device.type == 'cuda':
         return gpus().allocated(device.index if device.index is not None else gpus().current())
-    return int(psutil.Process().memory_info().vms)
+    return address_space_bytes()

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, Optional
 
 from ..gpu import gpus
+from ..utils.process import rss_bytes
 from ..utils.units import MIB
 
 
@@ -65,8 +66,7 @@ class MemorySample:
 
 
 def _rss() -> int:
-    import psutil
-    return psutil.Process().memory_info().rss
+    return rss_bytes()
 
 
 def _peak_rss() -> int:

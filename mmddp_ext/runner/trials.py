@@ -26,6 +26,7 @@ from ..errors import ScalingError
 from ..gpu import gpus, physical, tensor_device
 from ..memory.oom import is_oom_error, release_memory
 from ..utils.batch import forward_loss
+from ..utils.process import rss_bytes
 
 
 def _samples(cfg: Any, count: int) -> tuple:
@@ -223,8 +224,7 @@ def measure_steps(cfg: Any, batches: List[int], device: torch.device) -> Measure
     """
     start = time.monotonic()
     init_default_scope(cfg.get('default_scope', 'mmengine'))
-    import psutil
-    before = psutil.Process().memory_info().rss
+    before = rss_bytes()
     batches = sorted(set(batches))
     trials = Trials(cfg, device, batches[-1], 0)
     try:
