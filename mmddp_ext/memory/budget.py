@@ -53,6 +53,9 @@ class Budget:
 
 
 M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc's mallopt parameter numbers
+# the share of a device's budget the batch finder's trials keep free for what training adds
+# (and the out-of-memory advice assumes stays free)
+MARGIN = 0.1
 MMAP_THRESHOLD = 128 * 1024
 
 

@@ -23,9 +23,9 @@ import re
 import resource
 from typing import Any, List, Mapping, Optional, Tuple
 
-from ..scaling.search import MARGIN
 from ..scaling.split import best_split
 from ..utils.units import GIB, MIB, format_mib
+from .budget import MARGIN
 
 OOM_PATTERNS = ('out of memory', 'OutOfMemoryError', "can't allocate memory", 'DefaultCPUAllocator',
                 'CUBLAS_STATUS_ALLOC_FAILED', 'std::bad_alloc', 'MemoryError',

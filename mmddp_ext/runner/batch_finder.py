@@ -7,10 +7,11 @@ How it measures (the warm-up step, trials with a reserve held, the ranks' agreem
 each, the stored result) and how training checks and guards its answer: docs/scaling.md,
 "Finding the per-device batch that fits". The trial step is :mod:`mmddp_ext.runner.trials`.
 """
+import hashlib
 import json
 import os.path as osp
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Tuple
 
 import torch
 from mmengine.dist import broadcast_object_list, get_rank
@@ -19,13 +20,13 @@ from mmengine.registry import init_default_scope
 
 from ..errors import ScalingError
 from ..gpu import gpus
-from ..memory.budget import Budget, held_bytes
-from ..scaling.search import (CACHE_FILE, MARGIN, SearchResult, Trial, cache_key, max_trials,
-                              search_max_batch)
+from ..memory.budget import MARGIN, Budget, held_bytes
+from ..scaling.search import SearchResult, Trial, max_trials, search_max_batch
 from ..utils.io import atomic_write_text
 from ..utils.units import format_mib
 from .trials import Trials, _Trials  # noqa: F401  (_Trials: the old name)
 
+CACHE_FILE = 'batch_probe.json'  # in the work dir: the measured batch, reused by a restart
 # On a CPU the budget also holds what the Runner builds beside the model (dataloader and its
 # worker queues' threads, datasets, evaluator, hooks, logger, visualizer): measured 66 MiB (no
 # workers) and 80 MiB (2 workers) more than the trials after their warm-up, for the 128x128
@@ -49,6 +50,15 @@ class TrialBaseline:
     held_bytes: int
     reserve_bytes: int
     max_batch: int
+
+
+def cache_key(facts: Mapping[str, Any]) -> str:
+    """A stable digest of what a measured batch depends on (model, pipeline, optimizer,
+    device, budget, margin, world size, ...), so a restarted run reuses the result and a
+    changed one measures again. Values must be JSON-serialisable (others are turned into
+    strings)."""
+    text = json.dumps(facts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def reserve_bytes(budget: Budget) -> int:

@@ -5,23 +5,16 @@ nothing of torch or of ranks: ``fits(batch)`` runs one trial and returns the ans
 agreed on* (the MIN over ranks of "it fitted"), so every rank sees the same answers and takes
 the same path. The first trial is the largest useful batch (often it fits: one trial); after
 that a bisection between the largest batch known to fit and the smallest known to fail, so at
-most ``1 + ceil(log2(upper))`` trials are run.
-
-:func:`cache_key` names what a measured result depends on, so a restarted run reuses it and a
-changed model, input pipeline, device or budget measures again. (Cutting a batch into
-micro-batches is :mod:`mmddp_ext.utils.batch`.) Pure standard library.
+most ``1 + ceil(log2(upper))`` trials are run. (The finder that runs the trials and stores
+the result is :mod:`mmddp_ext.runner.batch_finder`; cutting a batch into micro-batches is
+:mod:`mmddp_ext.utils.batch`.) Pure standard library.
 """
-import hashlib
-import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 from ..utils.checks import positive_int
-
-CACHE_FILE = 'batch_probe.json'
-MARGIN = 0.1
 
 
 @dataclass(frozen=True)
@@ -115,11 +108,3 @@ def search_max_batch(upper: int, fits: Callable[[int], bool],
         else:
             bad = middle
     return SearchResult(good, upper, tuple(trials))
-
-
-def cache_key(facts: Mapping[str, Any]) -> str:
-    """A stable digest of what a measured batch depends on (model, pipeline, optimizer,
-    device, budget, margin, world size, ...). Values must be JSON-serialisable (others are
-    turned into strings)."""
-    text = json.dumps(facts, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]

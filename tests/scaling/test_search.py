@@ -6,7 +6,7 @@ import os.path as osp
 
 import pytest
 
-from mmddp_ext.scaling.search import SearchResult, Trial, cache_key, max_trials, search_max_batch
+from mmddp_ext.scaling.search import SearchResult, Trial, max_trials, search_max_batch
 
 from conftest import PYTHON, check_ok, once, run
 
@@ -57,13 +57,6 @@ def test_result_round_trips_through_json_dict():
         12, 32,
         (Trial(32, False, 1.5), Trial(16, False, 0.5), Trial(8, True, 0.25), Trial(12, True, 0.3)))
     assert SearchResult.from_dict(result.to_dict()) == result
-
-
-def test_cache_key_is_stable_and_changes_with_what_matters():
-    facts = dict(model=dict(type='TopdownPoseEstimator', depth=18), budget_mib=1000, world=2)
-    assert cache_key(facts) == cache_key(dict(reversed(list(facts.items()))))
-    for key, value in [('budget_mib', 2000), ('world', 4), ('model', dict(depth=50))]:
-        assert cache_key({**facts, key: value}) != cache_key(facts)
 
 
 # per case: (limit of rank 0, limit of rank 1), the largest batch that fits on that rank alone
