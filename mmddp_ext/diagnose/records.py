@@ -77,15 +77,22 @@ def record_failure(work_dir: str, rank: int, exc: BaseException,
         return ''
 
 
-def read_failures(work_dir: str) -> List[Dict[str, Any]]:
-    """All failure records of ``work_dir``, earliest first."""
-    records = []
-    for path in glob.glob(osp.join(failure_dir(work_dir), 'rank*.json')):
+def _read_rank_files(folder: str) -> List[Any]:
+    """The ``rank*.json`` files of ``folder``, parsed; one that cannot be read or parsed (a
+    rank died while the folder was read, a file of another tool) is passed over."""
+    out = []
+    for path in glob.glob(osp.join(folder, 'rank*.json')):
         try:
             with open(path) as f:
-                records.append(json.load(f))
+                out.append(json.load(f))
         except (OSError, ValueError):
             continue
+    return out
+
+
+def read_failures(work_dir: str) -> List[Dict[str, Any]]:
+    """All failure records of ``work_dir``, earliest first."""
+    records = _read_rank_files(failure_dir(work_dir))
     return sorted(records, key=lambda r: (r.get('time', 0), r.get('rank', 0)))
 
 
@@ -132,19 +139,10 @@ def read_ranks(work_dir: str) -> Dict[int, Dict[str, Any]]:
         before training started).
     """
     out: Dict[int, Dict[str, Any]] = {}
-    folder = ranks_dir(work_dir)
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return out
-    for name in names:
-        if not (name.startswith('rank') and name.endswith('.json')):
-            continue
+    for state in _read_rank_files(ranks_dir(work_dir)):
         try:
-            with open(osp.join(folder, name)) as f:
-                state = json.load(f)
             rank = int(state['rank'])
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             continue
         try:
             with open(stacks_path(work_dir, rank), errors='replace') as f:

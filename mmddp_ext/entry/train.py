@@ -221,7 +221,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if args.explain:
             return _explain(args)
-        env = read_launch_env(args.launcher, num_gpus=_visible_gpus())
+        env = read_launch_env(args.launcher)  # the visible GPUs counted
         return _train(args, env)
     except UserError as e:
         print(f'[mmddp_ext] error: {e}', file=sys.stderr, flush=True)

@@ -65,10 +65,6 @@ class MemorySample:
         return None if value is None else round(value / MIB, 1)
 
 
-def _rss() -> int:
-    return rss_bytes()
-
-
 def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
@@ -106,7 +102,7 @@ class MemoryReader:
             peak = self._peak_allocated
             free, total = g.mem_get_info(self.index)
             used = total - free
-        rss = _rss()  # ru_maxrss can lag the current RSS by a few pages: take the max
+        rss = rss_bytes()  # ru_maxrss can lag the current RSS by a few pages: take the max
         return MemorySample(rank=self.rank, host=self.host, pid=os.getpid(), device=self.device,
                             iter=iteration, allocated=alloc, reserved=reserved, peak_allocated=peak,
                             device_used=used, device_total=total, rss=rss,
