@@ -6,11 +6,12 @@ plain ``torch.load(path)`` opens (:mod:`.plain`), and what a save refuses or rep
 from .loader import (UNSAFE_ENV, load_checkpoint_file, load_from_local_safe, register_safe_loader,
                      safe_globals)
 from .plain import PLAIN_KEY, from_plain, to_plain
-from .save import (DISK_FULL, disk_full_error, guard_checkpoint_hook, nonfinite_tensors,
-                   previous_checkpoint, refusal_message)
+from .save import (DISK_FULL, FiniteCheckpointHook, disk_full_error, finite_checkpoint_type,
+                   nonfinite_tensors, previous_checkpoint, refuse_nonfinite)
 
 __all__ = [
     'UNSAFE_ENV', 'load_checkpoint_file', 'load_from_local_safe', 'register_safe_loader',
     'safe_globals', 'PLAIN_KEY', 'from_plain', 'to_plain', 'DISK_FULL', 'disk_full_error',
-    'guard_checkpoint_hook', 'nonfinite_tensors', 'previous_checkpoint', 'refusal_message'
+    'FiniteCheckpointHook', 'finite_checkpoint_type', 'nonfinite_tensors', 'previous_checkpoint',
+    'refuse_nonfinite'
 ]

@@ -1,12 +1,16 @@
 """What a checkpoint save refuses or reports: non-finite weights (refused before MMEngine's
-``CheckpointHook`` removes or records anything) and a full disk (one line; the previous
-checkpoint stays). docs/reliability.md, "Atomic checkpoints" and "Non-finite loss"."""
+``CheckpointHook`` removes or records anything: :class:`FiniteCheckpointHook`) and a full disk
+(one line; the previous checkpoint stays). docs/reliability.md, "Atomic checkpoints" and
+"Non-finite loss"."""
 import errno
 import itertools
 import os.path as osp
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import torch
+from mmengine.hooks import CheckpointHook
+from mmengine.model import is_model_wrapper
+from mmengine.registry import HOOKS
 
 from ..utils.tensors import nonfinite_indices
 from ..utils.units import format_mib
@@ -37,57 +41,54 @@ def refusal_message(what: str, bad: List[str], total: int) -> str:
             f'not finite ({shown}); earlier checkpoints are kept')
 
 
-def guard_checkpoint_hook(hook: Any, finite: Callable[[str], bool]) -> None:
-    """Make MMEngine's ``CheckpointHook`` ask ``finite(what)`` before it changes anything.
-
-    ``CheckpointHook`` removes the oldest checkpoint (``max_keep_ckpts``), the previous best
-    one, and records ``last_ckpt``, ``best_score`` and ``best_ckpt`` in the message hub
-    *before* it calls ``runner.save_checkpoint``, and writes ``last_checkpoint`` after it. A
-    refusal inside ``save_checkpoint`` would leave all of that pointing at a file that was
-    never written. So, on this hook instance, ``_save_checkpoint_with_step`` and
-    ``_save_best_checkpoint`` first call ``finite``, which returns False (having logged why)
-    to refuse: then nothing is removed, recorded or written.
-
-    Args:
-        hook: A ``CheckpointHook`` (or subclass) instance; guarded once.
-        finite: ``finite(what) -> bool``, ``what`` naming the checkpoint for the log line.
-    """
-    if getattr(hook, '_mmddp_finite_guard', False):
-        return
-    save_with_step = hook._save_checkpoint_with_step
-    save_best = hook._save_best_checkpoint
-
-    def guarded_save_with_step(runner: Any, step: int, meta: dict) -> None:
-        if finite(str(hook.filename_tmpl.format(step))):
-            save_with_step(runner, step, meta)
-
-    def guarded_save_best(runner: Any, metrics: dict) -> None:
-        if not hook.save_best or not _improves(hook, runner, metrics):
-            return save_best(runner, metrics)  # it saves and records nothing
-        unit, count = ('epoch', runner.epoch) if hook.by_epoch else ('iter', runner.iter)
-        if finite(f'a best checkpoint at {unit} {count} (its {", ".join(hook.key_indicators)} '
-                  'is not recorded as best)'):
-            save_best(runner, metrics)
-
-    hook._save_checkpoint_with_step = guarded_save_with_step
-    hook._save_best_checkpoint = guarded_save_best
-    hook._mmddp_finite_guard = True
+def refuse_nonfinite(runner: Any, what: str) -> bool:
+    """Whether ``runner``'s model holds a NaN or Inf weight; if so, log that ``what`` (a
+    checkpoint) is not saved, naming the first tensors. The same answer on every rank (DDP
+    keeps the weights equal); no collective."""
+    model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+    bad, total = nonfinite_tensors(model)
+    if bad:
+        runner.logger.warning(refusal_message(what, bad, total))
+    return bool(bad)
 
 
-def _improves(hook: Any, runner: Any, metrics: dict) -> bool:
-    """Whether ``CheckpointHook._save_best_checkpoint`` would save a new best checkpoint for
-    ``metrics``, by the hook's own rules and the best score in the message hub (True while
-    its rule is still ``'auto'``, i.e. not yet chosen)."""
-    indicators = list(hook.key_indicators)
-    if 'auto' in indicators:
-        return True
-    for key, rule in zip(indicators, hook.rules):
-        best_key = 'best_score' if len(indicators) == 1 else f'best_score_{key}'
-        best = runner.message_hub.runtime_info.get(best_key, hook.init_value_map[rule])
-        score = metrics.get(key)
-        if score is not None and hook.is_better_than[key](score, best):
-            return True
-    return False
+class RefuseNonFinite:
+    """Mixed into a ``CheckpointHook`` (class): a save is refused, when the weights are not
+    finite, *before* the hook removes the oldest or the previous best checkpoint or records
+    ``last_ckpt``/``best_score``/``best_ckpt``, so no record names a file never written and a
+    non-finite model never becomes the best. The hook has no public step in between, so the
+    two methods it overrides are listed in :mod:`mmddp_ext.utils.mmengine_private`."""
+
+    def _save_checkpoint_with_step(self, runner: Any, step: int, meta: dict) -> None:
+        if not refuse_nonfinite(runner, str(self.filename_tmpl.format(step))):
+            super()._save_checkpoint_with_step(runner, step, meta)
+
+    def _save_best_checkpoint(self, runner: Any, metrics: dict) -> None:
+        unit, count = ('epoch', runner.epoch) if self.by_epoch else ('iter', runner.iter)
+        if not self.save_best or not refuse_nonfinite(
+                runner, f'{unit} {count} as a best checkpoint (its score is not compared)'):
+            super()._save_best_checkpoint(runner, metrics)
+
+
+@HOOKS.register_module()
+class FiniteCheckpointHook(RefuseNonFinite, CheckpointHook):
+    """MMEngine's ``CheckpointHook`` that refuses a save with non-finite weights before it
+    removes or records anything (:class:`RefuseNonFinite`). ``DDPRunner`` uses it in place of
+    ``CheckpointHook``; with MMEngine's ``Runner``, name it in ``default_hooks.checkpoint``."""
+
+
+def finite_checkpoint_type(hook_type: Any) -> Any:
+    """The type a ``default_hooks.checkpoint`` config gets instead of ``hook_type``:
+    ``FiniteCheckpointHook`` for ``CheckpointHook``, a subclass of a project's own
+    ``CheckpointHook`` subclass with :class:`RefuseNonFinite` mixed in, and anything else
+    (another hook, one that refuses already, a name not registered) unchanged."""
+    cls = HOOKS.get(hook_type) if isinstance(hook_type, str) else hook_type
+    if (not isinstance(cls, type) or not issubclass(cls, CheckpointHook)
+            or issubclass(cls, RefuseNonFinite)):
+        return hook_type
+    if cls is CheckpointHook:
+        return FiniteCheckpointHook
+    return type(f'Finite{cls.__name__}', (RefuseNonFinite, cls), {})
 
 
 DISK_FULL = (errno.ENOSPC, getattr(errno, 'EDQUOT', errno.ENOSPC))

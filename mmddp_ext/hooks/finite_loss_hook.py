@@ -1,33 +1,12 @@
-"""``FiniteLossHook``: notice the first NaN or Inf loss and stop, warn or skip the step.
-
-Added by :class:`~mmddp_ext.runner.DDPRunner` with ``action='stop'`` unless the config lists it
-(``custom_hooks = [dict(type='FiniteLossHook', action='skip')]`` chooses another action).
-
-Every iteration, each rank looks at its own loss terms (the ``loss*`` entries of the model's
-``log_vars``, which MMEngine's ``RuntimeInfoHook`` reads as numbers anyway): no collective is
-added. On a non-finite one:
-
-* ``'stop'`` (default): raise :class:`NonFiniteLossError` on that rank, with one line naming
-  the rank, the iteration, the non-finite terms with their values and the LR. The training
-  entry records it as the rank's failure, so the diagnosis after the run shows it.
-* ``'warn'``: log that line and go on (again at the 2nd, 4th, 8th, ... occurrence on a rank).
-* ``'skip'``: log that line and skip optimizer steps whose gradients are not finite. The
-  decision is taken on the gradients in ``optim_wrapper.step``, i.e. after DDP (or
-  ``MicrobatchDDP``) averaged them over ranks: a NaN on one rank makes the average NaN on every
-  rank, so every rank skips the same steps without exchanging anything. Under gradient
-  accumulation the step at the end of the cycle is skipped (the cycle's gradients are dropped
-  by the ``zero_grad`` that follows). ``AmpOptimWrapper`` is left alone: its loss scaler already
-  skips steps with non-finite gradients, and lowers the scale, on every rank alike.
-
-Checkpoints with non-finite weights are refused by the runner itself
-(:func:`mmddp_ext.checkpoint.nonfinite_tensors`), whatever the action.
-
-Example::
-
-    custom_hooks = [dict(type='FiniteLossHook', action='warn')]
+"""``FiniteLossHook``: notice the first NaN or Inf loss on any rank and stop (default), warn or
+skip the optimizer steps whose averaged gradients are not finite. ``DDPRunner`` adds it with
+``action='stop'`` unless the config lists it, e.g.
+``custom_hooks = [dict(type='FiniteLossHook', action='warn')]``. What each action does and why
+'skip' needs no collective: docs/reliability.md, "Non-finite loss".
 """
+import functools
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
 from mmengine.hooks import Hook
@@ -146,9 +125,11 @@ class FiniteLossHook(Hook):
         self.action = _check_action(action)
         self.nonfinite = 0
         self.skipped = 0
+        self._handles: List[Any] = []
 
     def before_train(self, runner) -> None:
-        """With ``'skip'``, guard the optimizer step(s) of ``runner.optim_wrapper``."""
+        """With ``'skip'``, add a step pre-hook (PyTorch's ``register_step_pre_hook``) to the
+        optimizer(s) of ``runner.optim_wrapper`` that drops a step with non-finite gradients."""
         if self.action != 'skip':
             return
         from mmengine.optim import AmpOptimWrapper, OptimWrapperDict
@@ -163,30 +144,35 @@ class FiniteLossHook(Hook):
                                        'AmpOptimWrapper\'s loss scaler already skips steps '
                                        'with non-finite gradients')
                 continue
-            self._guard_step(runner, inner, names)
+            self._handles.append(
+                inner.optimizer.register_step_pre_hook(
+                    functools.partial(self._drop_nonfinite_step, runner, names)))
 
-    def _guard_step(self, runner, optim_wrapper, names: Dict[int, str]) -> None:
-        """Replace ``optim_wrapper.step`` (on this instance) by one that skips a step whose
-        gradients are not finite. Called inside ``update_params`` (DDP) or by
-        ``MicrobatchDDP`` after the gradients were averaged over ranks."""
-        step = optim_wrapper.step
-        params = [p for group in optim_wrapper.optimizer.param_groups for p in group['params']]
+    def after_train(self, runner) -> None:
+        """Remove the step pre-hooks :meth:`before_train` added."""
+        while self._handles:
+            self._handles.pop().remove()
 
-        def guarded_step(**kwargs: Any) -> Optional[Any]:
-            bad = nonfinite_grads(params)
-            if not bad:
-                return step(**kwargs)
-            self.skipped += 1
-            if runner.rank == 0:  # every rank decides the same: one line says it for all
-                first = ', '.join(names.get(id(params[i]), f'#{i}') for i in bad[:3])
-                runner.logger.warning(
-                    f'[mmddp_ext] optimizer step skipped at iteration {runner.iter + 1} on '
-                    f'every rank: {len(bad)} of {len(params)} gradients are not finite after '
-                    f'averaging over ranks ({first}{", ..." if len(bad) > 3 else ""}); '
-                    f'{self.skipped} step(s) skipped so far')
-            return None
-
-        optim_wrapper.step = guarded_step
+    def _drop_nonfinite_step(self, runner, names: Dict[int, str], optimizer: Any, args: Any,
+                             kwargs: Any) -> None:
+        """Before ``optimizer.step``: when a gradient is not finite, set every gradient to
+        None, which PyTorch's optimizers skip (no update, no momentum, no step count). It runs
+        inside ``update_params`` (DDP) or ``MicrobatchDDP``'s step, after the gradients were
+        averaged over ranks, so every rank drops the same steps."""
+        params = [p for group in optimizer.param_groups for p in group['params']]
+        bad = nonfinite_grads(params)
+        if not bad:
+            return
+        for p in params:
+            p.grad = None
+        self.skipped += 1
+        if runner.rank == 0:  # every rank decides the same: one line says it for all
+            first = ', '.join(names.get(id(params[i]), f'#{i}') for i in bad[:3])
+            runner.logger.warning(
+                f'[mmddp_ext] optimizer step skipped at iteration {runner.iter + 1} on '
+                f'every rank: {len(bad)} of {len(params)} gradients are not finite after '
+                f'averaging over ranks ({first}{", ..." if len(bad) > 3 else ""}); '
+                f'{self.skipped} step(s) skipped so far')
 
     def after_train_iter(self, runner, batch_idx: int, data_batch: Any = None,
                          outputs: Any = None) -> None:

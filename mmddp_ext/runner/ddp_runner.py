@@ -16,14 +16,13 @@ from typing import Any, Optional, Tuple
 
 from mmengine.config import Config
 from mmengine.dist import is_main_process
-from mmengine.hooks import CheckpointHook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 from mmengine.registry import MODEL_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
-from ..checkpoint import (DISK_FULL, disk_full_error, from_plain, guard_checkpoint_hook,
-                          nonfinite_tensors, previous_checkpoint, refusal_message, to_plain)
+from ..checkpoint import (DISK_FULL, disk_full_error, finite_checkpoint_type, from_plain,
+                          previous_checkpoint, refuse_nonfinite, to_plain)
 from ..dist.agree import agree_or_stop, view_of
 from ..dist.env import read_dist_env
 from ..dist.launch import ensure_process_group
@@ -265,7 +264,7 @@ class DDPRunner(Runner):
 
         Weights with a NaN or Inf are not saved: one log line names them and nothing is
         written (:func:`~mmddp_ext.checkpoint.nonfinite_tensors`)."""
-        if not self.finite_for_save(filename):
+        if refuse_nonfinite(self, filename):
             return None
         args = (file_client_args, save_optimizer, save_param_scheduler, meta, by_epoch,
                 backend_args)
@@ -285,25 +284,18 @@ class DDPRunner(Runner):
                                       previous_checkpoint(out_dir)) from e
             raise
 
-    def finite_for_save(self, what: str) -> bool:
-        """Whether the model's weights are finite; if not, log that ``what`` (a checkpoint)
-        is not saved, naming the non-finite tensors. The same answer on every rank (DDP keeps
-        the weights equal); no collective."""
-        model = self.model.module if is_model_wrapper(self.model) else self.model
-        bad, total = nonfinite_tensors(model)
-        if bad:
-            self.logger.warning(refusal_message(what, bad, total))
-        return not bad
-
-    def register_hook(self, hook: Any, priority: Any = None) -> None:
-        """MMEngine's registration; a ``CheckpointHook`` then asks :meth:`finite_for_save`
-        before it removes, records or writes anything
-        (:func:`~mmddp_ext.checkpoint.guard_checkpoint_hook`), so a refused save is never
-        named in ``last_checkpoint`` and never becomes the best checkpoint."""
-        super().register_hook(hook, priority)
-        for registered in self.hooks:
-            if isinstance(registered, CheckpointHook):
-                guard_checkpoint_hook(registered, self.finite_for_save)
+    def register_default_hooks(self, hooks: Optional[dict] = None) -> None:
+        """MMEngine's default hooks, the checkpoint hook built as its
+        :func:`~mmddp_ext.checkpoint.finite_checkpoint_type` (``FiniteCheckpointHook`` for
+        ``CheckpointHook``): a refused save is never named in ``last_checkpoint`` and never
+        becomes the best checkpoint. A hook given as an object is kept as it is (this
+        method's ``save_checkpoint`` still refuses to write non-finite weights)."""
+        hooks = dict(hooks or {})
+        checkpoint = hooks.get('checkpoint', dict(type='CheckpointHook', interval=1))
+        if isinstance(checkpoint, dict) and 'type' in checkpoint:
+            checkpoint = dict(checkpoint, type=finite_checkpoint_type(checkpoint['type']))
+        hooks['checkpoint'] = checkpoint
+        super().register_default_hooks(hooks)
 
     def load_or_resume(self) -> None:
         """MMEngine's load or resume; an automatic resume (``--resume`` without a path) that

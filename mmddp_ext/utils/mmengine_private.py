@@ -50,11 +50,13 @@ PRIVATE_NAMES: Tuple[PrivateName, ...] = (
     PrivateName(
         'mmengine.hooks:CheckpointHook', '_save_checkpoint_with_step', 'class',
         'checkpoint/save.py',
-        'a save with non-finite weights is refused before CheckpointHook removes old '
-        'checkpoints or records last_checkpoint; the hook has no public step in between'),
-    PrivateName('mmengine.hooks:CheckpointHook', '_save_best_checkpoint', 'class',
-                'checkpoint/save.py',
-                'as _save_checkpoint_with_step: a refused save must never become the best one'),
+        'overridden by the registered subclass FiniteCheckpointHook: a save with non-finite '
+        'weights is refused before CheckpointHook removes old checkpoints or records '
+        'last_checkpoint; the hook has no public step in between'),
+    PrivateName(
+        'mmengine.hooks:CheckpointHook', '_save_best_checkpoint', 'class', 'checkpoint/save.py',
+        'overridden as _save_checkpoint_with_step: a refused save must never become '
+        'the best one'),
     PrivateName(
         'mmengine.logging:HistoryBuffer', '_statistics_methods', 'class', 'checkpoint/loader.py',
         'the safe checkpoint loader allows exactly the registered statistics methods; '

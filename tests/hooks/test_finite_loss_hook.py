@@ -10,12 +10,13 @@ import os.path as osp
 import pytest
 import torch
 from mmengine.evaluator import BaseMetric
-from mmengine.hooks import Hook
+from mmengine.hooks import CheckpointHook, Hook
 from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS, METRICS
 from mmengine.runner import Runner
 from mmengine.testing import RunnerTestCase
 
+from mmddp_ext.checkpoint.save import FiniteCheckpointHook, RefuseNonFinite
 from mmddp_ext.hooks.finite_loss_hook import (FiniteLossHook, NonFiniteLossError, format_lr,
                                               nonfinite_grads, nonfinite_terms)
 from mmddp_ext.runner.ddp_runner import DDPRunner
@@ -109,6 +110,16 @@ class CountingMetric(BaseMetric):
     def compute_metrics(self, results) -> dict:
         CountingMetric.calls += 1
         return dict(acc=float(CountingMetric.calls))
+
+
+class ProjectCheckpointHook(CheckpointHook):
+    """A project's own ``CheckpointHook`` subclass that counts its saves."""
+
+    saves = 0
+
+    def _save_checkpoint(self, runner) -> None:
+        self.saves += 1
+        super()._save_checkpoint(runner)
 
 
 class ParamRecorder(Hook):
@@ -214,8 +225,9 @@ class TestFiniteLossHook(RunnerTestCase):
             '(linear1.weight, linear1.bias, linear2.weight, ...); earlier '
             'checkpoints are kept', text)
         self.assertIn(
-            'refusing to save a best checkpoint at epoch 2 (its acc is not recorded '
-            'as best)', text)
+            'refusing to save epoch 2 as a best checkpoint (its score is not compared): '
+            '4 of 4 weight tensors are not finite', text)
+        self.assertIsInstance(self._hook(runner, CheckpointHook), FiniteCheckpointHook)
         self.assertEqual(self._files(), ['best_acc_epoch_1.pth', 'epoch_1.pth', 'last_checkpoint'])
         with open(osp.join(self.temp_dir.name, 'last_checkpoint')) as f:
             self.assertEqual(osp.basename(f.read()), 'epoch_1.pth')
@@ -225,16 +237,40 @@ class TestFiniteLossHook(RunnerTestCase):
         saved = torch.load(osp.join(self.temp_dir.name, 'epoch_1.pth'), weights_only=True)
         self.assertTrue(all(torch.isfinite(t).all() for t in saved['state_dict'].values()))
 
-    def test_a_score_that_is_no_new_best_is_not_reported_as_refused(self):
-        cfg = self._cfg('warn', iteration=5)
-        cfg.val_evaluator = [dict(type='ToyMetric')]  # acc=1 every time: epoch 1 stays best
-        runner = DDPRunner.from_cfg(cfg)
+    def _refuses_on(self, runner):
+        """Train ``runner`` (NaN from iteration 5, 'warn'); assert nothing non-finite was
+        saved, recorded or made best."""
         with self.assertLogs(runner.logger, level='WARNING') as logs:
             runner.train()
         text = '\n'.join(logs.output)
         self.assertIn('refusing to save epoch_2.pth', text)
-        self.assertNotIn('best checkpoint', text)
+        self.assertIn('refusing to save epoch 2 as a best checkpoint', text)
         self.assertEqual(self._files(), ['best_acc_epoch_1.pth', 'epoch_1.pth', 'last_checkpoint'])
+        self.assertEqual(runner.message_hub.get_info('best_score'), 1.0)
+
+    def test_a_projects_own_checkpoint_hook_gets_the_check_mixed_in(self):
+        HOOKS.register_module(module=ProjectCheckpointHook, force=True)
+        self.addCleanup(HOOKS.module_dict.pop, 'ProjectCheckpointHook', None)
+        cfg = self._cfg('warn', iteration=5)
+        cfg.default_hooks.checkpoint.type = 'ProjectCheckpointHook'
+        runner = DDPRunner.from_cfg(cfg)
+        hook = self._hook(runner, CheckpointHook)
+        self.assertIsInstance(hook, ProjectCheckpointHook)
+        self.assertIsInstance(hook, RefuseNonFinite)
+        self._refuses_on(runner)
+        self.assertGreater(hook.saves, 0)  # the project's own override still runs
+
+    def test_finite_checkpoint_hook_guards_mmengines_own_runner(self):
+        cfg = self._cfg('warn', iteration=5)
+        cfg.default_hooks.checkpoint.type = 'FiniteCheckpointHook'
+        self._refuses_on(Runner.from_cfg(cfg))
+
+    def test_without_the_check_mmengine_records_the_non_finite_save(self):
+        # negative control: a stock CheckpointHook under MMEngine's Runner removes epoch_1.pth
+        # and names a best checkpoint that holds NaN weights
+        runner = Runner.from_cfg(self._cfg('warn', iteration=5))
+        runner.train()
+        self.assertEqual(self._files(), ['best_acc_epoch_2.pth', 'epoch_2.pth', 'last_checkpoint'])
 
     def test_save_checkpoint_itself_refuses(self):
         runner = DDPRunner.from_cfg(self._cfg())
