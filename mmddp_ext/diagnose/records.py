@@ -125,6 +125,19 @@ def launch_report_path(work_dir: str) -> str:
     return osp.join(ranks_dir(work_dir), LAUNCH_REPORT)
 
 
+def begin_progress(work_dir: str, rank: int) -> str:
+    """A new run's progress records begin: ``ranks/`` exists and, on rank 0, an earlier run's
+    launcher report is gone (it is not news about this run). Returns this rank's progress
+    file."""
+    os.makedirs(ranks_dir(work_dir), exist_ok=True)
+    if rank == 0:
+        try:
+            os.remove(launch_report_path(work_dir))
+        except FileNotFoundError:
+            pass
+    return progress_path(work_dir, rank)
+
+
 def write_progress(path: str, state: Dict[str, Any]) -> None:
     """Replace the progress file with ``state`` atomically (never half a file); without fsync:
     it is rewritten every iteration, and a dead process does not lose what it wrote."""

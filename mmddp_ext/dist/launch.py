@@ -17,7 +17,6 @@ the Runner is built (``Runner.setup_env`` then skips its own ``init_dist``):
   socket of the job is reachable from the network. ``launch()`` does the same for one node.
 """
 import os
-import time
 from datetime import timedelta
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
@@ -25,11 +24,11 @@ from ..gpu import gpus
 from ..utils.checks import positive_int
 from . import slurm
 from .env import DistEnv, DistEnvError, choose_backend, detect_launcher, read_dist_env
-from .run_front import (DEFAULT_LOG_EVERY, DEFAULT_TIMEOUT, IFNAME_VARS, LOG_EVERY_ENV, TIMEOUT_ENV,
-                        find_free_port, is_loopback, listen_on)
-from .run_front import log as _log
-from .run_front import (loopback_store, pin_loopback_interfaces, port_free, port_in_use_message,
-                        seconds_from_env, unreachable_causes, wait_for_listener)
+from .rendezvous import (DEFAULT_LOG_EVERY, DEFAULT_TIMEOUT, IFNAME_VARS, LOG_EVERY_ENV,
+                         TIMEOUT_ENV, find_free_port, is_loopback, listen_on)
+from .rendezvous import log as _log
+from .rendezvous import (loopback_store, pin_loopback_interfaces, port_free, port_in_use_message,
+                         seconds_from_env, unreachable_causes, wait_for_listener, wait_until)
 
 RENDEZVOUS_TIMEOUT_ENV = TIMEOUT_ENV
 DEFAULT_RENDEZVOUS_TIMEOUT = DEFAULT_TIMEOUT
@@ -123,24 +122,23 @@ def _rendezvous(env: DistEnv, timeout: float):
             f'rank {env.rank} reached the rank-0 store at {where} but could not join it within '
             f'{timeout:.0f} s ({RENDEZVOUS_TIMEOUT_ENV} sets the wait): '
             f'{str(e).splitlines()[0]}') from e
-    log_every = _seconds(LOG_EVERY_ENV, DEFAULT_LOG_EVERY)
-    start = time.monotonic()
-    next_log = start + log_every
+    joined = [0]
+
+    def all_joined() -> Optional[bool]:
+        joined[0] = store.add('mmddp_ext/joined', 0)
+        return True if joined[0] >= env.world_size else None
+
     try:
-        joined = store.add('mmddp_ext/joined', 1)
-        while joined < env.world_size:
-            now = time.monotonic()
-            if now - start > timeout:
-                raise DistEnvError(
-                    f'only {joined} of WORLD_SIZE={env.world_size} processes joined at {where} '
-                    f'within {timeout:.0f} s: start the missing ranks, or set WORLD_SIZE to the '
-                    'number of processes you start')
-            if now >= next_log:
-                _log(f'rank {env.rank} waiting at {env.master_addr}:{env.master_port}: {joined} '
-                     f'of WORLD_SIZE={env.world_size} processes joined ({now - start:.0f} s)')
-                next_log += log_every
-            time.sleep(0.05)
-            joined = store.add('mmddp_ext/joined', 0)
+        store.add('mmddp_ext/joined', 1)
+        if not wait_until(
+                all_joined, timeout, _seconds(LOG_EVERY_ENV, DEFAULT_LOG_EVERY),
+                lambda s: f'rank {env.rank} waiting at {env.master_addr}:{env.master_port}: '
+                f'{joined[0]} of WORLD_SIZE={env.world_size} processes joined ({s:.0f} s)',
+                interval=0.05):
+            raise DistEnvError(
+                f'only {joined[0]} of WORLD_SIZE={env.world_size} processes joined at {where} '
+                f'within {timeout:.0f} s: start the missing ranks, or set WORLD_SIZE to the '
+                'number of processes you start')
     except DistEnvError:
         raise
     except Exception as e:

@@ -131,10 +131,9 @@ class ScalingHook(Hook):
                 f'samples (global batch {plan.global_batch_size} and LR unchanged)')
         stored = getattr(runner, 'batch_probe', None)
         if stored is not None:
-            from ..runner.batch_finder import correct_cache
-            correct_cache(
-                stored[0], stored[1], now, f'training ran out of memory at per-device batch '
+            stored.correct(
+                now, f'training ran out of memory at per-device batch '
                 f'{math.ceil(batch / (micro // 2))}')
             if runner.rank == 0:
-                runner.logger.warning(f'mmddp_ext: {stored[0]} now says {now}: the next run '
+                runner.logger.warning(f'mmddp_ext: {stored.path} now says {now}: the next run '
                                       f'plans with it')

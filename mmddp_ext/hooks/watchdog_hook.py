@@ -12,8 +12,7 @@ from typing import Any, Deque, Dict, Optional, Sequence
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-from ..diagnose.records import (launch_report_path, progress_path, ranks_dir, stacks_path,
-                                write_progress)
+from ..diagnose.records import begin_progress, stacks_path, write_progress
 from ..gpu import gpus
 from ..utils.checks import positive_number
 
@@ -75,7 +74,8 @@ class HangWatchdogHook(Hook):
         slow_timeout: bound before the first iteration and around validation, evaluation and
             checkpoint saving, seconds.
         window: how many recent iterations the automatic bound looks at.
-        enabled: False turns the watchdog off (progress files are still written).
+        enabled: False turns the watchdog off; the progress files are still written, since
+            the diagnosis reads them after any failure, not only a hang.
 
     Example::
 
@@ -105,13 +105,7 @@ class HangWatchdogHook(Hook):
     # ---- set-up and tear-down ----
     def before_run(self, runner) -> None:
         rank = runner.rank
-        os.makedirs(ranks_dir(runner.work_dir), exist_ok=True)
-        self._path = progress_path(runner.work_dir, rank)
-        if rank == 0:  # a failed earlier run's launcher report is not news about this one
-            try:
-                os.remove(launch_report_path(runner.work_dir))
-            except FileNotFoundError:
-                pass
+        self._path = begin_progress(runner.work_dir, rank)
         self.state = dict(rank=rank, world_size=runner.world_size, run=runner.timestamp,
                           pid=os.getpid(), host=socket.gethostname(),
                           slurm_node=os.environ.get('SLURMD_NODENAME'),

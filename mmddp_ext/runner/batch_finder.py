@@ -1,7 +1,7 @@
 """The batch finder: the largest per-device batch that fits on every rank
 (``max_batch_per_device='auto'``), measured by :func:`find_max_batch` before the Runner is
 built, on a model of its own, and stored for the next run (:func:`cache_location`,
-:func:`correct_cache`).
+:meth:`StoredResult.correct`).
 
 How it measures (the warm-up step, trials with a reserve held, the ranks' agreement after
 each, the stored result) and how training checks and guards its answer: docs/scaling.md,
@@ -11,7 +11,7 @@ import hashlib
 import json
 import os.path as osp
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, List, Mapping, NamedTuple, Optional, Tuple
 
 import torch
 from mmengine.dist import broadcast_object_list, get_rank
@@ -24,7 +24,7 @@ from ..memory.budget import MARGIN, Budget, held_bytes
 from ..scaling.search import SearchResult, Trial, max_trials, search_max_batch
 from ..utils.io import atomic_write_text
 from ..utils.units import format_mib
-from .trials import Trials, _Trials  # noqa: F401  (_Trials: the old name)
+from .trials import Trials
 
 CACHE_FILE = 'batch_probe.json'  # in the work dir: the measured batch, reused by a restart
 # On a CPU the budget also holds what the Runner builds beside the model (dataloader and its
@@ -108,32 +108,39 @@ def _write_cache(path: str, key: str, result: SearchResult, how: str) -> None:
         json.dumps(dict(key=key, measured=how, margin=MARGIN, result=result.to_dict()), indent=1))
 
 
+class StoredResult(NamedTuple):
+    """Where the finder's result for a run is stored (``path``: None without a work dir) and
+    the ``key`` of what it depends on. The runner hands it to the hooks as
+    ``runner.batch_probe``."""
+
+    path: Optional[str]
+    key: str
+
+    def correct(self, max_batch: int, why: str) -> None:
+        """Store a smaller ``max_batch`` after training ran out of memory at the one the
+        finder picked, so that the next run plans with it. Rank 0 writes; a no-op elsewhere or
+        when no result was stored."""
+        if not self.path or get_rank() != 0 or not osp.isfile(self.path):
+            return
+        try:
+            with open(self.path) as f:
+                stored = json.load(f)
+        except (OSError, ValueError):
+            return
+        if stored.get('key') != self.key or stored['result']['max_batch'] <= max_batch:
+            return
+        stored.setdefault('corrections', []).append(
+            dict(found=stored['result']['max_batch'], now=max_batch, why=why))
+        stored['result']['max_batch'] = max_batch
+        atomic_write_text(self.path, json.dumps(stored, indent=1))
+
+
 def cache_location(cfg: Any, world_size: int, upper: int, device: torch.device,
-                   budget_mib: Optional[int]) -> Tuple[Optional[str], str]:
-    """Where the finder's result for this run is stored (None without a work dir), and the
-    key of what it depends on."""
+                   budget_mib: Optional[int]) -> StoredResult:
+    """Where the finder's result for this run is stored, and its key."""
     work_dir = cfg.get('work_dir')
     path = osp.join(work_dir, CACHE_FILE) if work_dir else None
-    return path, cache_key(_cache_facts(cfg, world_size, upper, device, budget_mib))
-
-
-def correct_cache(path: Optional[str], key: str, max_batch: int, why: str) -> None:
-    """Store a smaller ``max_batch`` after training ran out of memory at the one the finder
-    picked, so that the next run plans with it. Rank 0 writes; a no-op elsewhere or when no
-    result was stored."""
-    if not path or get_rank() != 0 or not osp.isfile(path):
-        return
-    try:
-        with open(path) as f:
-            stored = json.load(f)
-    except (OSError, ValueError):
-        return
-    if stored.get('key') != key or stored['result']['max_batch'] <= max_batch:
-        return
-    stored.setdefault('corrections',
-                      []).append(dict(found=stored['result']['max_batch'], now=max_batch, why=why))
-    stored['result']['max_batch'] = max_batch
-    atomic_write_text(path, json.dumps(stored, indent=1))
+    return StoredResult(path, cache_key(_cache_facts(cfg, world_size, upper, device, budget_mib)))
 
 
 def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget, budget_mib: Optional[int],

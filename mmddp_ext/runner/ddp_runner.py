@@ -148,8 +148,9 @@ class DDPRunner(Runner):
     Attributes:
         scaling_plan: the :class:`~mmddp_ext.scaling.ScalingPlan` of this run.
         scaling_changes: the config changes the plan made, as ``key: old → new`` lines.
-        batch_probe: ``(path, key)`` of the finder's stored result with
-            ``max_batch_per_device='auto'``, else None.
+        batch_probe: where the finder's result is stored, with
+            ``max_batch_per_device='auto'``
+            (:class:`~mmddp_ext.runner.batch_finder.StoredResult`), else None.
         trial_baseline: what this rank held between the finder's trials
             (:class:`~mmddp_ext.runner.batch_finder.TrialBaseline`), when it measured in this
             run; :class:`~mmddp_ext.hooks.ScalingHook` compares training with it.
@@ -157,7 +158,7 @@ class DDPRunner(Runner):
 
     scaling_plan = None
     scaling_changes: Tuple[str, ...] = ()
-    batch_probe: Optional[tuple] = None
+    batch_probe: Any = None
     trial_baseline = None
 
     @classmethod

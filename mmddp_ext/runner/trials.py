@@ -25,6 +25,7 @@ from ..dist.wrapper import batchnorm_for_cpu
 from ..errors import ScalingError
 from ..gpu import gpus, physical, tensor_device
 from ..memory.oom import is_oom_error, release_memory
+from ..memory.peak import read_peak, reset_peak
 from ..utils.batch import forward_loss
 from ..utils.process import rss_bytes
 
@@ -58,41 +59,6 @@ class StepOutcome:
     fits: bool
     seconds: float
     peak_bytes: Optional[int] = None
-
-
-def _status_kib(key: str) -> Optional[int]:
-    """A ``/proc/self/status`` field in KiB (None where there is no such file)."""
-    try:
-        with open('/proc/self/status') as f:
-            for line in f:
-                if line.startswith(key + ':'):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def reset_peak(device: torch.device) -> bool:
-    """Start a new peak measurement: torch's peak counters on a GPU; on a CPU the kernel's
-    peak RSS of this process (``/proc/self/clear_refs``, Linux >= 4.0). False where the peak
-    cannot be reset."""
-    if device.type == 'cuda':
-        gpus().reset_peak(device.index)
-        return True
-    try:
-        with open('/proc/self/clear_refs', 'w') as f:
-            f.write('5')
-        return _status_kib('VmHWM') is not None
-    except OSError:
-        return False
-
-
-def read_peak(device: torch.device) -> Optional[int]:
-    """The peak since :func:`reset_peak`, in bytes (see :class:`StepOutcome`)."""
-    if device.type == 'cuda':
-        return gpus().peak(device.index)
-    kib = _status_kib('VmHWM')
-    return None if kib is None else kib * 1024
 
 
 class Trials:
@@ -166,9 +132,6 @@ class Trials:
         """Drop everything the probe built, before the Runner builds its own."""
         self.net = self.model = self.optim_wrapper = self.samples = None
         release_memory()
-
-
-_Trials = Trials  # the name the finder's helpers used
 
 
 @dataclass(frozen=True)

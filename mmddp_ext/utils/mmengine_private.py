@@ -22,7 +22,7 @@ class PrivateName(NamedTuple):
 
 PRIVATE_NAMES: Tuple[PrivateName, ...] = (
     PrivateName(
-        'mmengine.runner:Runner', 'from_cfg', 'class', 'runner/entry.py',
+        'mmengine.runner:Runner', 'from_cfg', 'class', 'runner/runner_type.py',
         'the deliberate exception: MMPose\'s tools/train.py calls Runner.from_cfg, which builds '
         'a stock Runner whatever runner_type says; extending that classmethod (public, but '
         'replaced on the class) is the only way a config can choose DDPRunner there'),

@@ -1,6 +1,6 @@
 """Rendezvous failures say what is wrong, in bounded time; single-host jobs listen on loopback;
 a failed worker ends with one line and a JSON launcher report. Real processes on CPU (gloo); the
-front's helpers in-process are in ``test_run_front.py``.
+front's and the rendezvous helpers in-process are in ``test_run_front.py``.
 
 Waits are set short through MMDDP_RENDEZVOUS_TIMEOUT / MMDDP_RENDEZVOUS_LOG_EVERY; the
 ``timeout`` of each command only stops a test that would otherwise hang."""
@@ -15,7 +15,7 @@ import psutil
 import pytest
 from listening import assert_loopback_only, other_hostname_prefix
 
-from mmddp_ext.dist import run_front
+from mmddp_ext.dist import rendezvous
 from mmddp_ext.dist.launch import find_free_port
 
 from conftest import (DEMO_CONFIG, PYTHON, assert_no_debris, assert_not_trained, demo_options,
@@ -34,7 +34,7 @@ def _lines(out: str, prefix: str):
 
 def _held_port():
     """A socket listening on a loopback port (the port "in use" by this test's process)."""
-    sock = run_front.listen_on('127.0.0.1', 0)
+    sock = rendezvous.listen_on('127.0.0.1', 0)
     return sock, sock.getsockname()[1]
 
 
@@ -177,7 +177,7 @@ def test_dist_train_sh_listens_on_loopback_only(healthy_run):
     if not healthy_run.hostname:
         pytest.skip(healthy_run.why_not)
     assert_loopback_only(healthy_run.seen, [(healthy_run.returncode, healthy_run.out)])
-    name = run_front.loopback_ifname()
+    name = rendezvous.loopback_ifname()
     assert healthy_run.out.count(f'single-host job: GLOO_SOCKET_IFNAME={name} '
                                  f'NCCL_SOCKET_IFNAME={name}') == 1  # logged once, by the front
 
@@ -233,7 +233,7 @@ def test_front_does_not_import_the_package(tmp_path):
         str(script)
     ], timeout=HANG_GUARD)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert f'worker ran at 127.0.0.1 {port} {run_front.loopback_ifname()}' in proc.stdout
+    assert f'worker ran at 127.0.0.1 {port} {rendezvous.loopback_ifname()}' in proc.stdout
     imported = [
         ln.rsplit('|', 1)[-1].strip() for ln in proc.stdout.splitlines()
         if ln.startswith('import time:')

@@ -1,5 +1,6 @@
-"""The torchrun front's helpers (:mod:`mmddp_ext.dist.run_front`), in-process: who holds a port,
-pinning gloo/NCCL to the loopback interface, and torchrun's failures as records and one line.
+"""The rendezvous helpers (:mod:`mmddp_ext.dist.rendezvous`) and the torchrun front's failure
+records (:mod:`mmddp_ext.dist.run_front`), in-process: who holds a port, pinning gloo/NCCL to
+the loopback interface, waiting with progress lines, torchrun's failures as records and one line.
 The front run for real is in ``test_rendezvous.py``."""
 import os
 import socket
@@ -7,15 +8,15 @@ import socket
 import psutil
 import pytest
 
-from mmddp_ext.dist import run_front
+from mmddp_ext.dist import rendezvous, run_front
 
 
 def test_port_holder_names_the_listening_process():
-    sock = run_front.listen_on('127.0.0.1', 0)  # the port "in use" by this test's process
+    sock = rendezvous.listen_on('127.0.0.1', 0)  # the port "in use" by this test's process
     port = sock.getsockname()[1]
     with sock:
-        holder = run_front.port_holder(port)
-        line = run_front.port_in_use_message('PORT', port, 'choose another')
+        holder = rendezvous.port_holder(port)
+        line = rendezvous.port_in_use_message('PORT', port, 'choose another')
     assert holder.startswith(f'127.0.0.1:{port} by pid {os.getpid()} (')
     assert f'PORT={port} is already in use on this host ({socket.gethostname()}) at {holder}' \
         in line
@@ -23,19 +24,19 @@ def test_port_holder_names_the_listening_process():
 
 
 def test_loopback_interfaces_are_pinned_only_where_unset():
-    name = run_front.loopback_ifname()
+    name = rendezvous.loopback_ifname()
     if name is None:
         pytest.skip('no interface holds a 127.x address on this host')
     assert any(a.address == '127.0.0.1' for a in psutil.net_if_addrs()[name])
     environ = {}
-    note = run_front.pin_loopback_interfaces(environ)
+    note = rendezvous.pin_loopback_interfaces(environ)
     assert environ == dict(GLOO_SOCKET_IFNAME=name, NCCL_SOCKET_IFNAME=name)
     assert f'GLOO_SOCKET_IFNAME={name} NCCL_SOCKET_IFNAME={name}' in note
     chosen = dict(GLOO_SOCKET_IFNAME='eth7')  # the user's choice is kept
-    run_front.pin_loopback_interfaces(chosen)
+    rendezvous.pin_loopback_interfaces(chosen)
     assert chosen == dict(GLOO_SOCKET_IFNAME='eth7', NCCL_SOCKET_IFNAME=name)
     both = dict(GLOO_SOCKET_IFNAME='a', NCCL_SOCKET_IFNAME='b')
-    assert run_front.pin_loopback_interfaces(both) is None and both['NCCL_SOCKET_IFNAME'] == 'b'
+    assert rendezvous.pin_loopback_interfaces(both) is None and both['NCCL_SOCKET_IFNAME'] == 'b'
 
 
 def test_failure_records_first_seen_first():
@@ -59,3 +60,27 @@ def test_failure_records_first_seen_first():
     exited = run_front.failure_records({3: ProcessFailure(1, 7, 1, '/nonexistent')})
     assert exited[0]['signal'] is None
     assert 'exited with exit code 1;' in run_front.failure_line(exited, 'x')
+
+
+def test_wait_until_returns_the_first_answer_and_logs_while_it_waits(capsys):
+    answers = iter([None, None, None, 'ready'])
+    assert rendezvous.wait_until(lambda: next(answers), 10.0, 0.01, lambda s: f'waiting {s >= 0}',
+                                 interval=0.02) == 'ready'
+    lines = capsys.readouterr().err.splitlines()
+    assert 1 <= len(lines) <= 3 and set(lines) == {'[mmddp_ext] waiting True'}
+
+
+def test_wait_until_gives_up_at_the_timeout_with_none(capsys):
+    calls = []
+    assert rendezvous.wait_until(lambda: calls.append(1), 0.1, 100.0, str, interval=0.01) is None
+    assert len(calls) >= 2 and capsys.readouterr().err == ''  # asked again; nothing logged yet
+
+
+def test_wait_for_listener_names_why_nothing_answered():
+    sock = rendezvous.listen_on('127.0.0.1', 0)
+    port = sock.getsockname()[1]
+    assert rendezvous.wait_for_listener('127.0.0.1', port, 5.0, 100.0, str) is None
+    sock.close()  # nobody listens there now
+    assert rendezvous.wait_for_listener('127.0.0.1', port, 0.2, 100.0, str) == 'connection refused'
+    assert 'does not resolve' in rendezvous.wait_for_listener('no-such-host.invalid', port, 5.0,
+                                                              100.0, str)

@@ -1,9 +1,10 @@
-"""Out-of-memory recognition (the one classifier) and advice (pure)."""
+"""Out-of-memory recognition (the one classifier) and the batch that fits (pure); the advice
+built on them is in ``tests/diagnose/test_oom_advice.py``."""
 import pytest
 import torch
 
 from mmddp_ext.memory import oom as oom_module
-from mmddp_ext.memory.oom import fitting_batch, is_oom, is_oom_error, oom_advice, requested_bytes
+from mmddp_ext.memory.oom import fitting_batch, is_oom, is_oom_error, requested_bytes
 
 CPU_MESSAGE = ("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
                "allocate memory: you tried to allocate 16777216 bytes. Error code 12")
@@ -72,32 +73,6 @@ def test_records_and_live_errors_agree(monkeypatch, limited):
         assert is_oom(type(exc).__name__, str(exc), limited) is is_oom_error(exc)
 
 
-def test_advice_when_micro_batches_of_one_did_not_fit():
-    """on_oom='microbatch' measured that nothing fits: no batch is suggested."""
-    record = dict(message='out of memory even with micro-batches of 1 sample', oom_at_batch=1,
-                  memory_budget_mib=750, plan=dict(per_device_batch_size=16, world_size=2,
-                                                   accumulative_counts=1))
-    lines = oom_advice(record)
-    assert 'no per-device batch fits within scaling.memory_budget_mib=750' in lines[0]
-    assert not any('max_batch_per_device=' in line for line in lines)
-
-
-def test_advice_starts_from_the_micro_batch_that_failed():
-    record = dict(
-        message=CPU_MESSAGE, oom_at_batch=4, memory=dict(last=dict(rss=1)),
-        plan=dict(per_device_batch_size=16, world_size=2, accumulative_counts=1,
-                  global_batch_size=32))
-    lines = oom_advice(record)
-    assert lines[0].startswith('cause: out of memory at micro-batches of 4 of per-device batch 16')
-    assert 'per-device batch 2 × 2 × accumulation 8 keeps the global batch 32' in lines[1]
-
-
-def test_advice_for_a_budget_too_small_to_import():
-    lines = oom_advice(dict(message=str(MAP), memory_budget_mib=150, oom=True))
-    assert 'while loading a library' in lines[0] and 'scaling.memory_budget_mib=150' in lines[0]
-    assert 'raise scaling.memory_budget_mib' in lines[1]
-
-
 def test_fitting_batch_from_gpu_measurements():
     gib = 2**30
     # 2 GiB baseline, 10 GiB peak at batch 32 (8 GiB for 32 samples), 24 GiB device, no others
@@ -114,20 +89,6 @@ def test_fitting_batch_from_gpu_measurements():
     # another process holds 23 − 21 = 2 GiB; the failed request (4 GiB) counts as needed:
     # room 0.9 × (24 − 2) − 2 = 17.8 GiB, per sample (20 + 4 − 2) / 32 = 0.6875 GiB → 25
     assert fit == 25
-
-
-def test_cpu_advice_halves_and_names_every_way_out():
-    record = dict(
-        message=CPU_MESSAGE, gradient_as_bucket_view=False,
-        plan=dict(per_device_batch_size=32, world_size=2, accumulative_counts=1,
-                  global_batch_size=64), memory=dict(last=dict(rss=1)))
-    lines = oom_advice(record)
-    assert lines[0] == 'cause: out of memory at per-device batch 32 (32 × 2 × accumulation 1 ' \
-                       '= global 64)'
-    assert 'per-device batch 16 × 2 × accumulation 2 keeps the global batch 64' in lines[1]
-    assert 'scaling.max_batch_per_device=16' in lines[2]
-    assert 'scaling.max_batch_per_device=auto' in lines[3] and 'on_oom=microbatch' in lines[3]
-    assert 'gradient_as_bucket_view is off' in lines[4]
 
 
 def test_release_memory_collects_what_a_failed_attempt_left_in_cycles():

@@ -1,0 +1,88 @@
+"""The advice under an out-of-memory failure in the diagnosis: the per-device batch that fits
+(:func:`mmddp_ext.memory.oom.fitting_batch`) split so that the global batch stays, or why no
+batch fits. docs/memory.md shows it.
+"""
+from typing import Any, List, Mapping, Optional
+
+from ..memory.oom import MAP_SEGMENT, fitting_batch, requested_bytes
+from ..scaling.split import best_split
+from ..utils.units import format_mib
+
+
+def _nothing_fits(record: Mapping[str, Any]) -> Optional[List[str]]:
+    """Advice when what was measured shows that no per-device batch fits, else None."""
+    budget = record.get('memory_budget_mib')
+    budget_text = (f'scaling.memory_budget_mib={budget}'
+                   if budget is not None else 'the memory available to the process')
+    if MAP_SEGMENT in record.get('message', ''):
+        return [
+            f'cause: out of memory while loading a library: {budget_text} leaves too '
+            f'little address space to import the training stack, before any batch ran',
+            'fix: raise scaling.memory_budget_mib (it is counted above the process size '
+            'when it is applied), or remove the budget (or the ulimit -v) that limits it'
+        ]
+    if record.get('oom_at_batch') == 1:
+        lines = [
+            f'cause: out of memory even with micro-batches of 1 sample (measured by '
+            f"scaling.on_oom='microbatch'): no per-device batch fits within {budget_text}",
+            'fix: raise scaling.memory_budget_mib, or train on a device with more memory, '
+            'a smaller model or a smaller input size'
+        ]
+        finder = record.get('finder')
+        if finder:
+            lines.insert(
+                1, f'measured wrong: the batch finder measured per-device batch '
+                f'{finder["max_batch"]} to fit with {format_mib(finder["reserve"])} kept free '
+                f'for what training adds; at the failure this rank held '
+                f'{format_mib(max(finder["extra"], 0))} beyond what it held between the trials')
+        return lines
+    return None
+
+
+def oom_advice(record: Mapping[str, Any]) -> List[str]:
+    """Lines of advice for an OOM failure record (see :mod:`mmddp_ext.diagnose.records`).
+
+    The advice follows what was measured: ``oom_at_batch`` (the smallest per-device batch or
+    micro-batch that ran out of memory, from ``on_oom='microbatch'``) is used instead of the
+    planned batch when present, and a record that shows that nothing fits says so instead of
+    suggesting a batch.
+    """
+    stuck = _nothing_fits(record)
+    if stuck is not None:
+        return stuck
+    plan = record.get('plan') or {}
+    memory = record.get('memory') or {}
+    batch = plan.get('per_device_batch_size') or record.get('per_device_batch_size')
+    if not batch:
+        return [
+            'cause: out of memory. Lower train_dataloader.batch_size (per device) and raise '
+            'optim_wrapper.accumulative_counts to keep the global batch.'
+        ]
+    world = plan.get('world_size') or 1
+    accum = plan.get('accumulative_counts') or 1
+    global_batch = plan.get('global_batch_size') or batch * world * accum
+    peak = memory.get('last') or memory.get('now') or {}
+    failed = min(batch, record.get('oom_at_batch') or batch)
+    fit, how = fitting_batch(failed,
+                             memory.get('baseline') or {}, peak,
+                             requested_bytes(record.get('message', '')))
+    per_device, k = best_split(global_batch, world, fit)  # global is world-divisible
+    at = f'micro-batches of {failed} of per-device batch {batch}' if failed < batch else (
+        f'per-device batch {batch}')
+    lines = [
+        f'cause: out of memory at {at} ({batch} × {world} × '
+        f'accumulation {accum} = global {global_batch})',
+        f'fit: per-device batch {per_device} × {world} × accumulation {k} keeps the global '
+        f'batch {global_batch} ({how})',
+        f'fix: --cfg-options scaling.max_batch_per_device={per_device}   (DDPRunner), or '
+        f'train_dataloader.batch_size={per_device} optim_wrapper.accumulative_counts={k}'
+    ]
+    lines.append('or: scaling.max_batch_per_device=auto measures the batch that fits on every '
+                 'rank before training (on a CPU with scaling.memory_budget_mib), and '
+                 'scaling.on_oom=microbatch redoes such a step as smaller micro-batches')
+    if record.get('gradient_as_bucket_view') is False:
+        lines.append('also: gradient_as_bucket_view is off: DDP keeps a second copy of the '
+                     'gradients; model_wrapper_cfg.gradient_as_bucket_view=True saves it')
+    for finding in record.get('stray_findings') or []:
+        lines.append(f'stray: {finding}')
+    return lines
