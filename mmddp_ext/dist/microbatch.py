@@ -33,18 +33,14 @@ from typing import Any, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
-from mmengine.logging import print_log
 from mmengine.registry import MODEL_WRAPPERS
 
 from ..memory.oom import is_oom_error, release_memory
 from ..utils.batch import batch_length, forward_loss, split_batch
+from ..utils.log import log_line
 from .agree import RanksOutOfMemoryError, ranks_out_of_memory
 
 CHUNK_BYTES = 25 * 2**20
-
-
-def _log(message: str) -> None:
-    print_log(f'[mmddp_ext] on_oom=microbatch: {message}', logger='current', level=logging.WARNING)
 
 
 class FlatGradients:
@@ -215,10 +211,12 @@ class MicrobatchDDP(torch.nn.Module):
         self.micro_batches *= 2
         self.redone += 1
         sizes = sorted(set(batch_length(b) or 1 for b, _ in self._pending))
-        _log(f'out of memory on rank(s) {failed} during a step; every rank redoes it as '
-             f'{self.micro_batches} micro-batches per batch (per-device batch '
-             f'{"/".join(map(str, sizes))}) with accumulation: global batch and LR '
-             f'unchanged')
+        log_line(
+            'on_oom=microbatch: '
+            f'out of memory on rank(s) {failed} during a step; every rank redoes it as '
+            f'{self.micro_batches} micro-batches per batch (per-device batch '
+            f'{"/".join(map(str, sizes))}) with accumulation: global batch and LR '
+            f'unchanged', logging.WARNING)
 
     def train_step(self, data, optim_wrapper) -> Dict[str, torch.Tensor]:
         """One training iteration; see the module docstring. All ranks must call this (it

@@ -126,7 +126,7 @@ class ScalingHook(Hook):
         now = math.ceil(batch / micro)
         if runner.rank == 0:
             runner.logger.warning(
-                f'mmddp_ext: out of memory at iteration {runner.iter + 1}; training goes on '
+                f'[mmddp_ext] out of memory at iteration {runner.iter + 1}; training goes on '
                 f'with per-device batch {batch} run as {micro} micro-batches of at most {now} '
                 f'samples (global batch {plan.global_batch_size} and LR unchanged)')
         stored = getattr(runner, 'batch_probe', None)
@@ -135,5 +135,5 @@ class ScalingHook(Hook):
                 now, f'training ran out of memory at per-device batch '
                 f'{math.ceil(batch / (micro // 2))}')
             if runner.rank == 0:
-                runner.logger.warning(f'mmddp_ext: {stored.path} now says {now}: the next run '
+                runner.logger.warning(f'[mmddp_ext] {stored.path} now says {now}: the next run '
                                       f'plans with it')

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import UserError
+from ..utils.units import BYTES_PER_UNIT, MIB
 
 # Points within this many MiB of the line are on it: the peak RSS of one CPU step moves by a
 # few MiB between identical steps (glibc's heap, pages; 5 MiB seen on the demo) ...
@@ -35,22 +36,6 @@ NOISE_MIB = 8.0
 LINEARITY = 0.1
 PEAK_NOISE = 0.01
 
-_UNITS = {
-    '': 1.0,
-    'b': 2.0**-20,
-    'k': 2.0**-10,
-    'kib': 2.0**-10,
-    'kb': 1e3 / 2**20,
-    'm': 1.0,
-    'mib': 1.0,
-    'mb': 1e6 / 2**20,
-    'g': 1024.0,
-    'gib': 1024.0,
-    'gb': 1e9 / 2**20,
-    't': 2.0**20,
-    'tib': 2.0**20,
-    'tb': 1e12 / 2**20
-}
 _SIZE = re.compile(r'^\s*([+-]?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$', re.IGNORECASE)
 
 
@@ -67,10 +52,10 @@ def parse_size(text: str, name: str = '--device-memory') -> float:
     """
     match = _SIZE.match(str(text))
     unit = match[2].lower() if match else None
-    if match is None or unit not in _UNITS:
+    if match is None or (unit and unit not in BYTES_PER_UNIT):
         raise ForecastError(f'{name}={text!r} is not a memory size: give a number and a unit, '
                             f'e.g. {name} 24GiB (or 23.64GiB, 16000MiB)')
-    mib = float(match[1]) * _UNITS[unit]
+    mib = float(match[1]) * (BYTES_PER_UNIT[unit] / MIB if unit else 1.0)  # bare: MiB
     if not mib > 0 or not math.isfinite(mib):
         raise ForecastError(f'{name}={text!r} must be a positive size, e.g. {name} 24GiB')
     return mib

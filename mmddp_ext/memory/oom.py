@@ -23,7 +23,7 @@ import re
 import resource
 from typing import Any, Mapping, Optional, Tuple
 
-from ..utils.units import GIB, MIB, format_mib
+from ..utils.units import BYTES_PER_UNIT, GIB, MIB, format_mib
 from .budget import MARGIN
 
 OOM_PATTERNS = ('out of memory', 'OutOfMemoryError', "can't allocate memory", 'DefaultCPUAllocator',
@@ -88,8 +88,7 @@ def requested_bytes(message: str) -> Optional[int]:
         return int(m.group(1))
     m = re.search(r'Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)', message)
     if m:
-        scale = {'B': 1, 'KiB': 2**10, 'MiB': 2**20, 'GiB': 2**30, 'TiB': 2**40}
-        return int(float(m.group(1)) * scale[m.group(2)])
+        return int(float(m.group(1)) * BYTES_PER_UNIT[m.group(2).lower()])
     return None
 
 

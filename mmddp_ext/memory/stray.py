@@ -14,13 +14,12 @@ from dataclasses import asdict, dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ..utils.ranks import ranks_text
+from ..utils.units import format_bytes
 
 CAUSES = ('Usual causes: a CUDA call before torch.cuda.set_device(LOCAL_RANK), torch.load '
           'without map_location, or torch.cuda.empty_cache() before set_device.')
 
 KINDS = ('cross_rank', 'foreign_process', 'unmatched_pids')
-
-_UNITS = ('KiB', 'MiB', 'GiB', 'TiB', 'PiB', 'EiB')
 
 
 @dataclass(frozen=True)
@@ -122,31 +121,6 @@ class Finding:
         data = asdict(self)
         data['owner_ranks'] = list(self.owner_ranks)
         return data
-
-
-def format_bytes(n: Optional[int]) -> str:
-    """Format a byte count with binary units and two decimals.
-
-    Args:
-        n: Number of bytes, or None when unknown.
-
-    Returns:
-        ``'512 B'``, ``'59.25 MiB'``, ``'1.89 GiB'``, ... or ``'unknown'`` for None.
-
-    Raises:
-        ValueError: If ``n`` is negative.
-    """
-    if n is None:
-        return 'unknown'
-    _check_non_negative('byte count', n)
-    if n < 1024:
-        return f'{n} B'
-    value = float(n)
-    for unit in _UNITS:
-        value /= 1024
-        if round(value, 2) < 1024 or unit == _UNITS[-1]:
-            return f'{value:.2f} {unit}'
-    raise AssertionError('unreachable')  # pragma: no cover
 
 
 def find_stray(ranks: Sequence[RankIdentity], tables: Sequence[DeviceTable]) -> List[Finding]:

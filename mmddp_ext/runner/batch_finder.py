@@ -15,7 +15,6 @@ from typing import Any, List, Mapping, NamedTuple, Optional, Tuple
 
 import torch
 from mmengine.dist import broadcast_object_list, get_rank
-from mmengine.logging import print_log
 from mmengine.registry import init_default_scope
 
 from ..errors import ScalingError
@@ -23,6 +22,7 @@ from ..gpu import gpus
 from ..memory.budget import MARGIN, Budget, held_bytes
 from ..scaling.search import SearchResult, Trial, max_trials, search_max_batch
 from ..utils.io import atomic_write_text
+from ..utils.log import log_line
 from ..utils.units import format_mib
 from .trials import Trials
 
@@ -66,11 +66,6 @@ def reserve_bytes(budget: Budget) -> int:
     CPU."""
     reserve = int(MARGIN * budget.nbytes)
     return max(reserve, CPU_RESERVE_MIB * 2**20) if budget.device == 'cpu' else reserve
-
-
-def _log(message: str) -> None:
-    if get_rank() == 0:
-        print_log(f'[mmddp_ext] batch probe: {message}', logger='current')
 
 
 def _cache_facts(cfg: Any, world_size: int, upper: int, device: torch.device,
@@ -164,34 +159,46 @@ def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget, budget
     path, key = cache_location(cfg, world_size, upper, device, budget_mib)
     result = _read_cache(path, key) if path else None
     if result is not None:
-        _log(f'per-device batch {result.max_batch} fits on every rank (measured before, read '
-             f'from {path}; delete it to measure again)')
+        log_line(
+            'batch probe: '
+            f'per-device batch {result.max_batch} fits on every rank (measured before, read '
+            f'from {path}; delete it to measure again)', rank0_only=True)
         return result, None
     reserve = reserve_bytes(budget)
-    _log(f'measuring {budget.how}; {format_mib(reserve, unit="")} of {format_mib(budget.nbytes)} '
-         f'are kept free during each trial; a warm-up step, then at most {max_trials(upper)} '
-         f'trials of forward + backward + optimizer step, per-device batch up to {upper}')
+    log_line(
+        'batch probe: '
+        f'measuring {budget.how}; {format_mib(reserve, unit="")} of {format_mib(budget.nbytes)} '
+        f'are kept free during each trial; a warm-up step, then at most {max_trials(upper)} '
+        f'trials of forward + backward + optimizer step, per-device batch up to {upper}',
+        rank0_only=True)
     trials = Trials(cfg, device, upper, reserve)
 
     def progress(number: int, trial: Trial) -> None:
         verdict = ('fits on every rank'
                    if trial.fits else f'out of memory on rank(s) {trials.failed}')
-        _log(f'trial {number}: per-device batch {trial.batch}: {verdict} ({trial.seconds:.1f} s)')
+        log_line(
+            'batch probe: '
+            f'trial {number}: per-device batch {trial.batch}: {verdict} ({trial.seconds:.1f} s)',
+            rank0_only=True)
 
     try:
         if not trials.fits(1):
             raise ScalingError(_nothing_fits(trials.failed, budget, reserve, 'the warm-up step'))
         held = held_bytes(device)
-        _log(f'warm-up at per-device batch 1 fits on every rank (the optimizer state and the '
-             f'kernels of a first step are now allocated, as in training); every trial starts '
-             f'from {format_mib(held)} held on rank {get_rank()}')
+        log_line(
+            'batch probe: '
+            f'warm-up at per-device batch 1 fits on every rank (the optimizer state and the '
+            f'kernels of a first step are now allocated, as in training); every trial starts '
+            f'from {format_mib(held)} held on rank {get_rank()}', rank0_only=True)
         result = search_max_batch(upper, trials.fits, progress)
     finally:
         trials.close()
     if result.max_batch == 0:
         raise ScalingError(_nothing_fits(trials.failed, budget, reserve, 'a trial'))
-    _log(f'per-device batch {result.max_batch} fits on every rank ({len(result.trials)} trials, '
-         f'{result.seconds:.1f} s)')
+    log_line(
+        'batch probe: '
+        f'per-device batch {result.max_batch} fits on every rank ({len(result.trials)} trials, '
+        f'{result.seconds:.1f} s)', rank0_only=True)
     if path:
         _write_cache(path, key, result, budget.how)
     return result, TrialBaseline(str(device), held, reserve, result.max_batch)
