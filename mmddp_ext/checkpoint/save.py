@@ -64,9 +64,11 @@ class RefuseNonFinite:
             super()._save_checkpoint_with_step(runner, step, meta)
 
     def _save_best_checkpoint(self, runner: Any, metrics: dict) -> None:
+        if not self.save_best:  # nothing to save (and runner.epoch would build the train loop)
+            return super()._save_best_checkpoint(runner, metrics)
         unit, count = ('epoch', runner.epoch) if self.by_epoch else ('iter', runner.iter)
-        if not self.save_best or not refuse_nonfinite(
-                runner, f'{unit} {count} as a best checkpoint (its score is not compared)'):
+        if not refuse_nonfinite(runner,
+                                f'{unit} {count} as a best checkpoint (its score is not compared)'):
             super()._save_best_checkpoint(runner, metrics)
 
 

@@ -272,6 +272,15 @@ class TestFiniteLossHook(RunnerTestCase):
         runner.train()
         self.assertEqual(self._files(), ['best_acc_epoch_2.pth', 'epoch_2.pth', 'last_checkpoint'])
 
+    def test_validation_alone_builds_no_train_loop(self):
+        # as MMEngine's own test_val asserts: the checkpoint hook's best-save path, without
+        # save_best, must not touch runner.epoch (which builds the train loop)
+        cfg = copy.deepcopy(self.epoch_based_cfg)
+        cfg.experiment_name = self.experiment_name
+        runner = DDPRunner.from_cfg(cfg)
+        runner.val()
+        self.assertIsInstance(runner._train_loop, dict)
+
     def test_save_checkpoint_itself_refuses(self):
         runner = DDPRunner.from_cfg(self._cfg())
         with torch.no_grad():
