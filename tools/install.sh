@@ -82,123 +82,12 @@ try: print(m.version('$1'))
 except m.PackageNotFoundError: pass"
 }
 
-# --- which Python ------------------------------------------------------------------------------
-# tools/py holds the rule; here we only check that pip may install into what it picks and, when
-# it may not, create <repo>/.venv (which tools/py picks from then on).
-VENV="$ROOT/.venv"
-USER_PYTHON=${PYTHON:-}
-
 die() { echo "[install] $*" >&2; exit 1; }
 
-is_root() { [ "$(id -u)" = 0 ]; }
-
-apt_install() {  # apt_install PACKAGE...: Debian/Ubuntu, as root; `apt-get update` once per run
-  if [ ! -e "$LOG_DIR/apt-updated" ]; then apt-get update && touch "$LOG_DIR/apt-updated"; fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
-}
-
-probe() {  # probe INTERPRETER: executable, version, in a venv, has pip, externally managed, scripts dir
-  "$1" -c '
-import os, sys, sysconfig
-venv = sys.prefix != getattr(sys, "base_prefix", getattr(sys, "real_prefix", sys.prefix))
-try:
-    import pip
-    has_pip = 1
-except Exception:
-    has_pip = 0
-marker = os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")
-brk = os.environ.get("PIP_BREAK_SYSTEM_PACKAGES", "").lower() in ("1", "true", "yes", "on")
-managed = int(not venv and not brk and os.path.isfile(marker))
-for line in (sys.executable, "%d.%d.%d" % tuple(sys.version_info[:3]), int(venv), has_pip,
-             managed, sysconfig.get_path("scripts")):
-    print(line)' 2>/dev/null
-}
-
-new_enough() {  # new_enough VERSION: 3.8 or newer (setup.py's python_requires)
-  local major=${1%%.*} rest=${1#*.}
-  [ "$major" -gt 3 ] || { [ "$major" = 3 ] && [ "${rest%%.*}" -ge 8 ]; }
-}
-
-make_venv() {  # make_venv BASE_PYTHON MAJOR.MINOR: create $VENV from BASE_PYTHON, with pip
-  local log="$LOG_DIR/venv.log" pkg="python$2-venv"
-  if ! "$1" -m venv "$VENV" >"$log" 2>&1; then
-    rm -rf "$VENV"
-    if ! grep -qiE 'ensurepip|No module named venv' "$log"; then
-      tail -n 20 "$log" >&2
-      die "could not create $VENV with $1 -m venv (output above, full log: $log)."
-    fi
-    if ! command -v apt-get >/dev/null; then
-      die "$1 lacks the venv module or its pip bootstrap (ensurepip). Install them with your" \
-        "system's package manager, or set PYTHON to a virtual environment's python; then run" \
-        "the command again."
-    elif ! is_root; then
-      die "$1 lacks the venv module or its pip bootstrap (ensurepip), which Debian/Ubuntu ship" \
-        "separately. Run:  sudo apt-get install $pkg  and then the command again."
-    fi
-    echo "[install] $1 lacks the venv module's pip bootstrap (ensurepip): installing $pkg with apt-get"
-    { apt_install "$pkg" || apt_install python3-venv; } >>"$log" 2>&1 || {
-      tail -n 20 "$log" >&2; die "apt-get could not install $pkg (output above, full log: $log)."; }
-    if ! "$1" -m venv "$VENV" >>"$log" 2>&1; then
-      rm -rf "$VENV"; tail -n 20 "$log" >&2
-      die "could not create $VENV with $1 -m venv (output above, full log: $log)."
-    fi
-  fi
-  printf '# made by tools/install.sh: keep the environment out of git\n*\n' >"$VENV/.gitignore"
-  "$VENV/bin/python" -m pip install --disable-pip-version-check --upgrade pip >>"$log" 2>&1 ||
-    echo "[install] (could not upgrade pip in $VENV; continuing with $("$VENV/bin/python" -m pip --version))"
-}
-
-choose_python() {  # sets PYTHON to the interpreter to install into; may create $VENV
-  local found info exe ver venv has_pip managed scripts reason desc
-  found=$(bash "$ROOT/tools/py" --which) || exit 1  # tools/py said why
-  info=$(probe "$found") || die "'$found' (chosen by tools/py) does not run as Python. Fix or unset" \
-    "PYTHON, or put a working python3 on PATH."
-  { read -r exe; read -r ver; read -r venv; read -r has_pip; read -r managed; read -r scripts; } <<<"$info"
-  desc=$found; [ "$exe" = "$found" ] || desc="$found ($exe)"
-  if [ "$venv" = 1 ]; then  # an active or the project's environment: install into it, as always
-    if [ "$has_pip" != 1 ]; then
-      echo "[install] the environment of $exe has no pip: adding it (python -m ensurepip)"
-      "$exe" -m ensurepip --upgrade >"$LOG_DIR/ensurepip.log" 2>&1 || die "$exe has no pip and" \
-        "ensurepip failed (log: $LOG_DIR/ensurepip.log). Install pip into that environment."
-    fi
-    PYTHON=$found
-    export PATH="$scripts:$PATH"  # its console scripts (ninja for the mmcv build) as if activated
-    return
-  fi
-  if ! new_enough "$ver"; then
-    reason="it is Python $ver (mmddp_ext needs 3.8 or newer)"
-  elif [ "$managed" = 1 ]; then
-    reason="it is \"externally managed\" (PEP 668): the system's package manager owns it"
-  elif [ "$has_pip" != 1 ]; then
-    reason="it has no pip"
-  else
-    PYTHON=$found  # installable: today's behaviour, unchanged
-    return
-  fi
-  if [ -n "$USER_PYTHON" ]; then
-    die "PYTHON=$desc cannot be installed into: $reason. Unset PYTHON to let" \
-      "this script create the project's virtual environment $VENV, or point PYTHON at a" \
-      "virtual environment's python."
-  fi
-  echo "[install] $desc, Python $ver, cannot be installed into: $reason."
-  local base=$found
-  if ! new_enough "$ver"; then  # e.g. `python` is Python 2.7: make the environment from python3
-    base=$(command -v python3 || true)
-    [ -n "$base" ] && ver=$("$base" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
-    if [ -z "$base" ] || ! new_enough "$ver"; then
-      die "no Python 3.8 or newer found. Install python3 (Debian/Ubuntu: apt-get install" \
-        "python3 python3-venv) or set PYTHON to one, then run the command again."
-    fi
-  fi
-  [ -e "$VENV" ] && die "$VENV exists but has no working bin/python (made by another Python?):" \
-    "remove it (rm -rf $VENV) and run the command again."
-  echo "[install] Creating the project's own virtual environment $VENV (from $base, Python $ver)"
-  echo "          and installing there (about 6 GB with torch's CUDA libraries). tools/py, and so"
-  echo "          every command in the README, uses it from now on; rm -rf $VENV removes it."
-  make_venv "$base" "${ver%.*}"
-  PYTHON=$VENV/bin/python
-  export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH"
-}
+# which Python to install into (choose_python; may create <repo>/.venv), and the system packages
+# and source builds (apt_install, need_compiler, build_mmcv)
+. "$ROOT/tools/install/python.sh"
+. "$ROOT/tools/install/build.sh"
 
 torch_step() {
   if [ -n "$(dist_version torch)" ]; then
@@ -261,61 +150,6 @@ mmcv_step() {
   fi
   "${PIP[@]}" install --no-deps --force-reinstall "$wheel"
   py 'import mmcv, mmcv._ext; from mmcv.ops import nms; print("mmcv", mmcv.__version__, "ops ok")'
-}
-
-need_compiler() {  # need_compiler WHAT: a C/C++ compiler and Python's headers, to build WHAT
-  local missing=() headers
-  { command -v cc && command -v c++; } >/dev/null || missing+=(g++)
-  if ! py 'import os, sysconfig
-assert os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' 2>/dev/null; then
-    # Debian/Ubuntu's own Python (base prefix /usr) ships them as python3.X-dev
-    headers=$(py 'import sys; print("python%d.%d-dev" % sys.version_info[:2] if sys.base_prefix == "/usr" else "")')
-    missing+=("${headers:-Python headers (Python.h) for $PYTHON}")
-  fi
-  [ ${#missing[@]} = 0 ] && return 0
-  if is_root && command -v apt-get >/dev/null && [[ "${missing[*]}" != *Python.h* ]]; then
-    say "building $1 needs ${missing[*]}: installing with apt-get"
-    apt_install "${missing[@]}"
-    return
-  fi
-  echo "[install] building $1 needs a C/C++ compiler and Python's headers; missing: ${missing[*]}." >&2
-  if command -v apt-get >/dev/null && [[ "${missing[*]}" != *Python.h* ]]; then
-    echo "[install] Run:  sudo apt-get install ${missing[*]}  and then the command again." >&2
-  else
-    echo "[install] Install them with your system's package manager, then run the command again." >&2
-  fi
-  return 1
-}
-
-build_mmcv() {  # build_mmcv FORCE_CUDA OUT_DIR
-  local src
-  need_compiler "mmcv's ops"
-  src=$(mktemp -d "${TMPDIR:-/tmp}/mmcv_src.XXXXXX")
-  say "building mmcv 2.1.0 from source ($([ "$1" = 1 ] && echo CUDA || echo CPU) ops):" \
-      "about 10-15 min on 2 cores, once; the wheel is cached in $2"
-  "${PIP[@]}" download --no-deps --no-binary mmcv --no-build-isolation -d "$src" mmcv==2.1.0
-  tar -xzf "$src"/mmcv-2.1.0.tar.gz -C "$src"
-  local inc
-  inc=$(py 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "include"))')
-  if grep -rqs "C++20 or later compatible compiler is required" "$inc/c10/macros" "$inc/ATen"; then
-    say "torch $(py 'import torch; print(torch.__version__)') needs C++20: patching mmcv's -std=c++17"
-    grep -q -- '-std=c++17' "$src/mmcv-2.1.0/setup.py"
-    sed -i 's/-std=c++17/-std=c++20/g' "$src/mmcv-2.1.0/setup.py"
-  fi
-  mkdir -p "$2"
-  local t_build=$SECONDS ticker rc=0
-  ( while sleep 60; do
-      say "... still compiling mmcv ($(( (SECONDS - t_build) / 60 )) min so far)"
-    done ) &
-  ticker=$!
-  set +e
-  MMCV_WITH_OPS=1 FORCE_CUDA="$1" MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
-    "${PIP[@]}" wheel --no-deps --no-build-isolation --no-cache-dir -w "$2" "$src/mmcv-2.1.0"
-  rc=$?
-  set -e
-  kill "$ticker" 2>/dev/null || true
-  rm -rf "$src"
-  return $rc
 }
 
 xtcocotools_step() {

@@ -138,11 +138,12 @@ def cache_location(cfg: Any, world_size: int, upper: int, device: torch.device,
     return StoredResult(path, cache_key(_cache_facts(cfg, world_size, upper, device, budget_mib)))
 
 
-def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget, budget_mib: Optional[int],
-                   device: torch.device) -> Tuple[SearchResult, Optional[TrialBaseline]]:
-    """The largest per-device batch in ``1..upper`` that fits on every rank, and what this
-    rank held between the trials (None when the result was read from the work dir). All ranks
-    must call this.
+def find_max_batch(
+        cfg: Any, world_size: int, upper: int, budget: Budget, budget_mib: Optional[int],
+        device: torch.device) -> Tuple[SearchResult, Optional[TrialBaseline], StoredResult]:
+    """The largest per-device batch in ``1..upper`` that fits on every rank, what this rank
+    held between the trials (None when the result was read from the work dir), and where the
+    result is stored. All ranks must call this.
 
     Args:
         cfg: The config (model, optimizer, train dataloader, wrapper, work_dir).
@@ -156,14 +157,15 @@ def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget, budget
         ScalingError: when not even one sample per device fits.
     """
     init_default_scope(cfg.get('default_scope', 'mmengine'))
-    path, key = cache_location(cfg, world_size, upper, device, budget_mib)
+    stored = cache_location(cfg, world_size, upper, device, budget_mib)
+    path, key = stored
     result = _read_cache(path, key) if path else None
     if result is not None:
         log_line(
             'batch probe: '
             f'per-device batch {result.max_batch} fits on every rank (measured before, read '
             f'from {path}; delete it to measure again)', rank0_only=True)
-        return result, None
+        return result, None, stored
     reserve = reserve_bytes(budget)
     log_line(
         'batch probe: '
@@ -201,7 +203,7 @@ def find_max_batch(cfg: Any, world_size: int, upper: int, budget: Budget, budget
         f'{result.seconds:.1f} s)', rank0_only=True)
     if path:
         _write_cache(path, key, result, budget.how)
-    return result, TrialBaseline(str(device), held, reserve, result.max_batch)
+    return result, TrialBaseline(str(device), held, reserve, result.max_batch), stored
 
 
 def _nothing_fits(failed: List[int], budget: Budget, reserve: int, what: str) -> str:

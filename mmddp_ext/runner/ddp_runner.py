@@ -99,14 +99,13 @@ def _measure(cfg: Any, checked: CheckedScaling,
     budget = apply_budget(scaling.memory_budget_mib, device)
     if not scaling.probe:
         return None, None, None
-    from .batch_finder import cache_location, find_max_batch
+    from .batch_finder import find_max_batch
 
     # the samples per rank per step: what a per-device batch can be at most, whatever the cap
     upper = checked.plan.per_device_batch_size * checked.plan.accumulative_counts
-    found, baseline = find_max_batch(cfg, world_size, upper, budget, scaling.memory_budget_mib,
-                                     device)
-    return found.max_batch, cache_location(cfg, world_size, upper, device,
-                                           scaling.memory_budget_mib), baseline
+    found, baseline, stored = find_max_batch(cfg, world_size, upper, budget,
+                                             scaling.memory_budget_mib, device)
+    return found.max_batch, stored, baseline
 
 
 def has_training_parts(cfg: Any) -> bool:
