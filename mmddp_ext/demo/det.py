@@ -1,24 +1,8 @@
-"""A small, learnable COCO-format detection dataset of coloured shapes.
+"""A small, learnable COCO-format detection dataset of coloured shapes, for the MMDetection
+example config (docs/launching.md, 'Entry points you already have', note 1) and the tests.
 
-Each image shows 1 to 4 filled shapes, one of :data:`CLASSES` each ('square', 'circle',
-'triangle'), at random positions and sizes over a noisy, low-saturation background. Every class
-has its own colour family (squares reddish, circles greenish, triangles bluish; the exact shade
-varies per object), so a small detector learns it in minutes on a CPU. Shapes never overlap and
-lie wholly inside the image, and annotations are exact: each bbox ``[x, y, w, h]`` is the extent
-of the shape's drawn pixels (pixel-edge convention, as COCO's), ``area`` is its pixel count,
-``iscrowd`` is 0 and the categories have ids 1..3 in :data:`CLASSES` order.
-
-Layout (what MMDetection's ``CocoDataset`` reads with ``data_prefix=dict(img='<split>/')``)::
-
-    <out_dir>/train/000000.png ...        <out_dir>/annotations/train.json
-    <out_dir>/val/000000.png ...          <out_dir>/annotations/val.json
-
-Example::
-
-    >>> from mmddp_ext.demo import make_demo_det_dataset
-    >>> paths = make_demo_det_dataset('data/demo_det', num_train=200, num_val=50, seed=0)
-    >>> sorted(paths)
-    ['train', 'val']
+:func:`make_demo_det_dataset` writes it (what an image shows, the annotations and the file
+layout: its docstring); ``python tools/make_demo_data.py --task det`` calls it.
 """
 from typing import Dict, List, Tuple
 
@@ -139,6 +123,20 @@ def make_demo_det_dataset(out_dir: str, num_train: int = 200, num_val: int = 50,
                           seed: int = 0) -> Dict[str, str]:
     """Write the train and val splits of the coloured-shapes dataset.
 
+    Each image shows 1 to 4 filled shapes, one of :data:`CLASSES` each ('square', 'circle',
+    'triangle'), at random positions and sizes over a noisy, low-saturation background. Every
+    class has its own colour family (squares reddish, circles greenish, triangles bluish; the
+    exact shade varies per object), so a small detector learns it in minutes on a CPU. Shapes
+    never overlap and lie wholly inside the image, and annotations are exact: each bbox
+    ``[x, y, w, h]`` is the extent of the shape's drawn pixels (pixel-edge convention, as
+    COCO's), ``area`` is its pixel count, ``iscrowd`` is 0 and the categories have ids 1..3 in
+    :data:`CLASSES` order.
+
+    Layout (what MMDetection's ``CocoDataset`` reads with ``data_prefix=dict(img='<split>/')``)::
+
+        <out_dir>/train/000000.png ...        <out_dir>/annotations/train.json
+        <out_dir>/val/000000.png ...          <out_dir>/annotations/val.json
+
     Deterministic for a given ``seed``: the same arguments write identical files. The two splits
     draw from independent streams of ``numpy.random.default_rng(seed)``, so the val images do
     not depend on ``num_train``.
@@ -155,6 +153,13 @@ def make_demo_det_dataset(out_dir: str, num_train: int = 200, num_val: int = 50,
 
     Raises:
         ValueError: naming the argument and its value, when one is not valid.
+
+    Example::
+
+        >>> from mmddp_ext.demo import make_demo_det_dataset
+        >>> paths = make_demo_det_dataset('data/demo_det', num_train=200, num_val=50, seed=0)
+        >>> sorted(paths)
+        ['train', 'val']
     """
     check_sizes(num_train, num_val, size, 'shapes')
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:

@@ -1,22 +1,11 @@
 """DDP's own errors in our words (pure functions over failure records; used by
 :mod:`mmddp_ext.diagnose`).
 
-torch's messages name parameters by index and end with advice about debug variables. The
-failure record carries the model's parameter names in the order DDP indexes them
-(``ddp_param_names``: ``[n for n, p in model.named_parameters() if p.requires_grad]``,
-written by the entry), so the diagnosis names them, says what happened and gives the fix:
-
-* parameters that received no gradient ("Expected to have finished reduction in the prior
-  iteration"): their names, ``find_unused_parameters=True`` or removing the unused part;
-* a parameter marked ready twice (reentrant checkpointing, a module used in several
-  backward passes): the names, ``static_graph=True`` or ``use_reentrant=False``;
-* models that differ between ranks (DDP's check when it wraps the model): the ranks, their
-  parameter counts and the first differing parameters;
-* collectives that differ between ranks (gloo's "Received data size doesn't match expected
-  size", NCCL's or the debug mode's "mismatch"), in a record or in a dying rank's last
-  stderr lines: the usual causes (different data lengths, a rank skipping a step).
-
-See docs/launching.md, "What a failure looks like", for real output.
+torch names parameters by index; the failure records carry their names (``ddp_param_names``),
+so :func:`ddp_error_lines` names them, says what happened and gives the fix, for parameters
+that received no gradient, a parameter ready twice, models that differ between ranks, and
+collectives that differ between ranks (:func:`mismatch_text`, also read from a dying rank's
+kept stderr). Real output: docs/launching.md, 'The faults of the field, as they end'.
 """
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -55,6 +44,8 @@ def _names(names: Sequence[str]) -> str:
 
 
 def _name_of(record: Dict, index: int) -> str:
+    """The name of DDP's parameter ``index``, from the record's ``ddp_param_names`` (written by
+    the entry: :func:`mmddp_ext.dist.wrapper.ddp_param_names`, in the order DDP indexes them)."""
     names = record.get('ddp_param_names') or []
     return names[index] if 0 <= index < len(names) else f'parameter #{index}'
 

@@ -1,25 +1,10 @@
 """One-screen summary of a failed run: ``python -m mmddp_ext.diagnose WORK_DIR``.
 
-Reads what the run left behind and names the rank, the cause and the fix, in this order:
-
-* a rank killed by a signal (the launcher's report, ``--launch-report``; kept in
-  ``<work_dir>/ranks/launch.json``): its pid, signal, last iteration and memory
-  (:mod:`mmddp_ext.diagnose.deaths`);
-* a hang (a watchdog stack dump in ``<work_dir>/ranks/``, or a collective timeout): the rank
-  that did not arrive and where it was, the ranks that waited (:mod:`mmddp_ext.diagnose.stacks`);
-* else the per-rank failure records (``<work_dir>/failures/``): one of DDP's known errors in
-  our words (:mod:`mmddp_ext.diagnose.ddp_errors`), or the first rank that failed by itself (not one
-  that only lost its peer; when every rank raised the same, no rank is blamed), the
-  exception, where it was raised and the data file it read (:mod:`mmddp_ext.diagnose.frames`), and
-  where the full traceback is.
-
-A rank killed by a signal whose kept stderr says that the ranks ran different collectives
-(gloo aborts the process then) is diagnosed as that, not as a native crash. Ranks that agree
-are grouped (:mod:`mmddp_ext.utils.ranks`), so the screen stays one screen for 1024 ranks.
-
-``tools/dist_train.sh`` runs it after a non-zero exit as ``python -m mmddp_ext.diagnose
---launch-report PATH --train-args CONFIG ARGS...``, which finds the work dir the same way
-``dist_train.py`` does.
+Reads what the run left behind (the launcher's report, the ranks' progress files and stack
+dumps, the failure records) and names the rank, the cause and the fix; ``tools/dist_train.sh``
+runs it after a non-zero exit. What it says, with real output: docs/launching.md, 'What a
+failure looks like'; docs/reliability.md, 'What a failure looks like: a stuck rank' and 'What a
+failure looks like: a rank killed by a signal'.
 """
 import datetime
 import json
@@ -63,6 +48,27 @@ def _waited(record: Dict) -> Optional[str]:
 def summarize(work_dir: str, records: Optional[List[Dict]] = None,
               ranks: Optional[Dict[int, Dict]] = None, launch: Optional[List[Dict]] = None) -> str:
     """The diagnosis text for ``work_dir``: one screen, the rank, the cause, the fix.
+
+    What it reports, the first that applies:
+
+    * a rank killed by a signal, with no Python exception (the launcher's report,
+      ``--launch-report``; kept in ``<work_dir>/ranks/launch.json``): its pid, signal, last
+      iteration and memory (:mod:`mmddp_ext.diagnose.deaths`); when its kept stderr says that
+      the ranks ran different collectives (gloo aborts the process then), that, not a native
+      crash;
+    * a hang (a watchdog stack dump in ``<work_dir>/ranks/``, or a collective timeout) when no
+      rank raised an error of its own: the rank that did not arrive and where it was, the
+      ranks that waited (:mod:`mmddp_ext.diagnose.stacks`);
+    * a rank that trained and left no failure record while every rank that raised only lost
+      its peer (killed where no launcher reports it: Slurm, processes started by hand);
+    * else the failure records (``<work_dir>/failures/``): one of DDP's known errors in our
+      words (:mod:`mmddp_ext.diagnose.ddp_errors`), or the first rank that failed by itself
+      (not one that only lost its peer; when every rank raised the same, no rank is blamed),
+      the exception, where it was raised and the data file it read
+      (:mod:`mmddp_ext.diagnose.frames`), and where the full traceback is.
+
+    Ranks that agree are grouped (:mod:`mmddp_ext.utils.ranks`), so the screen stays one screen
+    for 1024 ranks.
 
     Args:
         records: the failure records (default: read from ``work_dir``).

@@ -1,32 +1,9 @@
 """Read and validate the launcher's environment (pure: a mapping in, a frozen DistEnv out).
 
-The variables and how they relate (torchrun's conventions)::
-
-    WORLD_SIZE = nnodes × nproc_per_node          (all processes of the job)
-    RANK       = node_rank × nproc_per_node + local_rank
-    LOCAL_RANK = index of the process on its node = the GPU it uses
-
-Worked example, 2 nodes × 2 GPUs: node 0 runs ranks 0, 1 (LOCAL_RANK 0, 1); node 1 runs ranks
-2, 3 (LOCAL_RANK 0, 1); WORLD_SIZE is 4 everywhere; MASTER_ADDR/MASTER_PORT name rank 0's host
-and a free port on it, and are the same for every process.
-
-Sources, by launcher:
-
-* ``pytorch``: torchrun (or ``torch.distributed.launch``) sets RANK, LOCAL_RANK, WORLD_SIZE,
-  LOCAL_WORLD_SIZE, GROUP_RANK (the node rank), MASTER_ADDR, MASTER_PORT. Started by hand, a
-  process needs RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; a missing LOCAL_RANK is derived as
-  ``RANK % LOCAL_WORLD_SIZE`` when that is set, else ``RANK % (GPUs visible to the process)``,
-  which is right when every host runs one process per visible GPU and ranks are numbered host
-  by host (with ``CUDA_VISIBLE_DEVICES`` naming one GPU per process it is 0, also right). On a
-  CPU it only names the process.
-* ``slurm``: SLURM_PROCID → RANK, SLURM_NTASKS → WORLD_SIZE, SLURM_LOCALID → LOCAL_RANK,
-  SLURM_NODEID → node rank, SLURM_NNODES → nnodes; MASTER_ADDR defaults to the address of the
-  first node of the step (its ``NodeAddr``, which the caller asks Slurm for:
-  :func:`mmddp_ext.dist.slurm.master_addr`), else that node's name, and MASTER_PORT to
-  ``20000 + SLURM_JOB_ID % 10000`` (two jobs sharing a node do not clash).
-
-Every mistake raises :class:`DistEnvError` with one line naming the variable, its value and
-the fix.
+:func:`read_dist_env` reads torchrun's variables or maps Slurm's onto them
+(:func:`slurm_to_torch`); every mistake raises :class:`DistEnvError` with one line naming the
+variable, its value and the fix. See docs/launching.md: 'The variables' (with a worked example),
+'How a missing LOCAL_RANK is derived', and 'The five ways', item 4 (Slurm's variables).
 """
 import re
 from dataclasses import dataclass, field

@@ -1,20 +1,11 @@
 """Process-group set-up and tear-down, and ``launch_workers``: the elastic agent running a
 given function on N local processes (``mmddp_ext.launch`` hands it the training entry).
 
-MMEngine's ``init_dist('pytorch')`` always calls ``torch.cuda.set_device`` (it fails on a CPU
-host) and waits up to 30 minutes for a missing rank. We initialise the process group before
-the Runner is built (``Runner.setup_env`` then skips its own ``init_dist``):
-
-* the CUDA device is pinned to LOCAL_RANK first, so no CUDA context lands on GPU 0 by accident;
-* under torchrun the agent's store is used (``env://``);
-* started by hand (or by Slurm) we open the TCP store ourselves with a bounded rendezvous
-  timeout (``MMDDP_RENDEZVOUS_TIMEOUT``): a port already in use (named with the process
-  holding it), an unreachable master, or fewer processes than WORLD_SIZE each end with one
-  line that names MASTER_ADDR/MASTER_PORT/WORLD_SIZE and the fix; until then the waiting ranks
-  say what they wait for every ``MMDDP_RENDEZVOUS_LOG_EVERY`` seconds (30);
-* with a loopback MASTER_ADDR (all ranks on this host) the store listens on that address only
-  and GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME name the loopback interface unless set, so no
-  socket of the job is reachable from the network. ``launch()`` does the same for one node.
+:func:`ensure_process_group` starts the group before the Runner is built, instead of MMEngine's
+``init_dist('pytorch')``, which always calls ``torch.cuda.set_device`` (it fails on a CPU host)
+and waits up to 30 minutes for a missing rank; ``Runner.setup_env`` then skips it. The
+rendezvous, its messages and the loopback-only sockets: docs/reliability.md, 'What a failure
+looks like: the launcher' and 'Loopback only: gloo and NCCL too'.
 """
 import os
 from datetime import timedelta
@@ -164,6 +155,16 @@ def _agent_store(env: DistEnv):
 def init_distributed(env: DistEnv, backend: Optional[str] = None,
                      timeout: Optional[float] = None) -> Tuple[str, Optional[str]]:
     """Pin the device, then initialise the default process group. All ranks must call this.
+
+    The CUDA device is pinned to LOCAL_RANK first, so no CUDA context lands on GPU 0 by
+    accident. Under torchrun the agent's store is used (``env://``). Started by hand (or by
+    Slurm), rank 0 opens the TCP store itself with a bounded rendezvous timeout
+    (``MMDDP_RENDEZVOUS_TIMEOUT``): a port already in use (named with the process holding
+    it), an unreachable master, or fewer processes than WORLD_SIZE each end with one line that
+    names MASTER_ADDR/MASTER_PORT/WORLD_SIZE and the fix; until then the waiting ranks say what
+    they wait for every ``MMDDP_RENDEZVOUS_LOG_EVERY`` seconds (30). With a loopback
+    MASTER_ADDR (all ranks on this host) the store listens on that address only and
+    GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME name the loopback interface unless set.
 
     Args:
         env: from :func:`mmddp_ext.dist.env.read_dist_env`.

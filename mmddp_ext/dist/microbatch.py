@@ -1,31 +1,11 @@
 """``MicrobatchDDP``: data parallelism whose training step survives an out-of-memory error.
 
-Selected by ``scaling.on_oom='microbatch'``, and by default with
-``max_batch_per_device='auto'``, where it guards the batch the finder picked
-(:func:`mmddp_ext.dist.wrapper.ddp_wrapper_cfg`). It has DDP's semantics (the same initial
-weights on every rank, gradients averaged over ranks before each optimizer step) without DDP's
-reducer, so it needs no more memory than DDP with ``gradient_as_bucket_view=True``: one copy of
-the gradients, and no buckets. In a single process it guards the step the same way, with no
-collective. A plain DDP step cannot be redone: its backward pass starts gradient all-reduces
-bucket by bucket, so a rank that runs out of memory half-way leaves the others waiting in a
-collective it never joins (on gloo: ``collective mismatch``, then an abort). This wrapper orders
-a step so that the ranks agree *before* any collective of the step:
-
-1. forward and backward of each micro-batch run on the inner model, with no collective;
-   gradients add up locally (the loss of a micro-batch of ``m`` of ``B`` samples is weighted
-   ``m / B``, so the sum is the mean over the batch, as one pass would give);
-2. every rank says whether it ran out of memory (one all-gather of a flag per iteration);
-3. if any rank did, every rank drops the gradients of the current accumulation cycle, restores
-   the buffers (e.g. BatchNorm statistics) as they were at its start, doubles the number of
-   micro-batches and redoes the cycle's batches. The number stays doubled for the rest of the
-   run (no OOM-then-retry on every step), up to one sample per micro-batch;
-4. when the optimizer is due to step, gradients are averaged over ranks (in-place all-reduce
-   of a flat buffer the gradients are views of, :class:`FlatGradients`: nothing is allocated,
-   so nothing can run out of memory between collectives), buffers are broadcast from rank 0
-   if ``broadcast_buffers``, and the optimizer steps: the global batch and the LR are
-   unchanged.
-
-Costs, measured in ``docs/benchmarks.md``: no overlap of communication with backward.
+Selected by ``scaling.on_oom='microbatch'``, the default with ``max_batch_per_device='auto'``
+(:func:`mmddp_ext.dist.wrapper.ddp_wrapper_cfg`). It keeps DDP's semantics without DDP's reducer
+and orders each step so that the ranks agree on an out-of-memory error before any collective;
+then every rank redoes the step as more, smaller micro-batches, with the same global batch and
+LR. :class:`FlatGradients` holds the gradients. How a step runs, and what it costs:
+docs/scaling.md, 'Surviving an out-of-memory step'.
 """
 import logging
 import math
@@ -101,10 +81,10 @@ def _world_size() -> int:
 
 @MODEL_WRAPPERS.register_module()
 class MicrobatchDDP(torch.nn.Module):
-    """A data-parallel model wrapper with an out-of-memory-proof ``train_step`` (module
-    docstring). It takes ``MMDistributedDataParallel``'s arguments, so it can replace it in
-    ``model_wrapper_cfg``; those about DDP's reducer (buckets, device ids, unused parameters:
-    every parameter's gradient is averaged, absent ones as zeros) do not apply.
+    """A data-parallel model wrapper with an out-of-memory-proof ``train_step`` (docs/scaling.md,
+    'Surviving an out-of-memory step'). It takes ``MMDistributedDataParallel``'s arguments, so it
+    can replace it in ``model_wrapper_cfg``; those about DDP's reducer (buckets, device ids, unused
+    parameters: every parameter's gradient is averaged, absent ones as zeros) do not apply.
 
     Args:
         module: The model (an MMEngine ``BaseModel``).
@@ -219,8 +199,11 @@ class MicrobatchDDP(torch.nn.Module):
             f'unchanged', logging.WARNING)
 
     def train_step(self, data, optim_wrapper) -> Dict[str, torch.Tensor]:
-        """One training iteration; see the module docstring. All ranks must call this (it
-        runs one all-gather per iteration, and the gradient average when the optimizer is due).
+        """One training iteration: forward and backward of each micro-batch with no collective,
+        then one all-gather of whether any rank ran out of memory; if one did, every rank drops
+        the gradients of the current accumulation cycle, restores the buffers of its start and
+        redoes it with twice the micro-batches. When the optimizer is due, the gradients are
+        averaged over ranks and it steps. All ranks must call this.
 
         Args:
             data: The batch from the dataloader (a dict of sample lists or tensors).

@@ -1,24 +1,10 @@
 """A host of N simulated GPUs behind :class:`~mmddp_ext.gpu.Gpus`, for the test suite.
 
 The fake's processes compute on the CPU (gloo) while the package reads "GPU" memory from the
-fake, so every CUDA and NVML branch runs on a machine without a GPU. Its behaviour follows
-CUDA's, with numbers from the field (defaults of :func:`make_fake_host`):
-
-* a 23.64 GiB card (the user's "GPU 0 has a total capacity of 23.64 GiB");
-* a context of about 300 MiB per process and device it touches, with CUDA's lazy module
-  loading (pytorch PR #86509); touching a device means ``set_device`` or ``mem_get_info`` on
-  it, and before ``set_device`` the current device is 0, so a rank that asks before its pin
-  leaves a context on GPU 0, as on a real host;
-* allocations that grow with what the caller allocates: on the current device, the growth of
-  this process's resident memory since its context was created, plus what :meth:`hold` put on
-  any device (as ``torch.load`` without ``map_location`` does); peaks that reset (the kernel's
-  peak RSS, ``/proc/self/clear_refs``); a caching pool (what was allocated when read, in 2 MiB
-  segments) that only ``empty_cache`` shrinks;
-* NVML's table per physical device: every live process of the host folder (pid -> device ->
-  bytes, its context plus its pool) and the host's foreign processes (e.g. the user's 1.89 GiB
-  process on GPU 0); ``CUDA_VISIBLE_DEVICES`` remaps torch's indices to physical ones.
-
-What it does not do: make an allocation fail at ``set_memory_fraction`` (it records the cap).
+fake, so every CUDA and NVML branch runs on a machine without a GPU. :func:`make_fake_host`
+describes a host (its defaults are the field's numbers, ``FIELD_*``); :class:`FakeGpus` is one
+process's view of it and says how it follows CUDA. What it simulates and what it cannot tell:
+docs/memory.md, 'GPU numbers: measured on a GPU, or from the fake'.
 """
 import json
 import os
@@ -69,7 +55,26 @@ def make_fake_host(folder: str, count: int = 2, total_bytes: int = FIELD_TOTAL,
 
 
 class FakeGpus:
-    """This process's view of the fake host described in ``folder``."""
+    """This process's view of the fake host described in ``folder``.
+
+    It answers as ``torch.cuda`` and NVML would, following CUDA's behaviour:
+
+    * a context of ``context_bytes`` on each device the process touches (CUDA with lazy module
+      loading, pytorch PR #86509); touching a device means ``set_device`` or ``mem_get_info``
+      on it, and before ``set_device`` the current device is 0, so a rank that asks before its
+      pin leaves a context on GPU 0, as on a real host;
+    * allocations that grow with what the caller allocates: on the current device, the growth
+      of this process's resident memory since its context was created, plus what :meth:`hold`
+      put on any device; peaks that reset (the kernel's peak RSS, ``/proc/self/clear_refs``);
+      a caching pool (what was allocated when read, in 2 MiB segments) that only
+      :meth:`empty_cache` shrinks;
+    * NVML's table per physical device: every live process of the host folder (its context plus
+      its pool) and the host's foreign processes; ``CUDA_VISIBLE_DEVICES`` remaps torch's
+      indices to physical ones.
+
+    What it does not do: make an allocation fail at :meth:`set_memory_fraction` (it records the
+    cap in ``fractions``).
+    """
 
     def __init__(self, folder: str) -> None:
         try:

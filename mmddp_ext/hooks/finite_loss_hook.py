@@ -106,7 +106,7 @@ def _check_action(action: Any) -> str:
 
 @HOOKS.register_module()
 class FiniteLossHook(Hook):
-    """Stop, warn or skip the step at a NaN/Inf loss (module docstring).
+    """Stop, warn or skip the step at a NaN/Inf loss (docs/reliability.md, "Non-finite loss").
 
     Args:
         action: ``'stop'`` (raise :class:`NonFiniteLossError`), ``'warn'`` (log and go on) or

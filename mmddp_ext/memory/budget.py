@@ -1,27 +1,9 @@
-"""A per-rank memory budget. Which errors are out-of-memory errors, and releasing what a failed
-attempt left, is :mod:`mmddp_ext.memory.oom`; the ranks agree on a failure with
-:func:`mmddp_ext.dist.agree.ranks_out_of_memory`.
-
-``scaling.memory_budget_mib`` makes running out of memory real and repeatable:
-
-* on a CPU the budget is an address-space limit (``RLIMIT_AS`` = the process's size now + the
-  budget), so torch's CPU allocator raises ``DefaultCPUAllocator: can't allocate memory`` once
-  it is used up. An existing, tighter limit (``ulimit -v``) is kept. Threads and processes
-  started later (dataloader workers) inherit the limit, measured from their own size. With
-  glibc, blocks of 128 KiB and more are then always mapped and unmapped on their own
-  (``mallopt(M_MMAP_THRESHOLD)``): by default glibc keeps freed large blocks in its heap, so
-  the address space only grows and a failed large step would leave too little for a smaller
-  one (measured: batch 32 out of memory, then even batch 1 failed). Threads started later
-  share glibc's existing heaps (``M_ARENA_MAX``; each new heap reserves 64 MiB), and
-  oneDNN's cache of kernels per input shape is off (``ONEDNN_PRIMITIVE_CACHE_CAPACITY=0``,
-  unless set): with these, the address space follows the memory in use (same step time).
-* on a GPU it caps this process's share of the device
-  (``torch.cuda.set_per_process_memory_fraction``), so the caching allocator raises
-  ``torch.OutOfMemoryError`` above it.
-
-:func:`held_bytes` reads what such a limit counts, now: the batch finder reads it between its
-trials and training reads it after its first optimizer step, so that the two can be compared
-(``docs/memory.md``, "Why the finder's answer trains").
+"""A per-rank memory budget, ``scaling.memory_budget_mib``, that makes running out of memory
+real and repeatable: an address-space limit on a CPU, a cap on this process's share of the
+device on a GPU (:func:`apply_budget`); :func:`held_bytes` reads what it counts. Which errors
+are out-of-memory errors: :mod:`mmddp_ext.memory.oom`; the ranks agree on a failure with
+:func:`mmddp_ext.dist.agree.ranks_out_of_memory`. How the budget is enforced: docs/scaling.md,
+'Finding the per-device batch that fits', 'What is measured'.
 """
 import ctypes
 import ctypes.util
@@ -89,7 +71,16 @@ def _limit_address_space(nbytes: int) -> int:
 
 
 def apply_budget(budget_mib: Optional[int], device: torch.device) -> Optional[Budget]:
-    """Enforce ``budget_mib`` for the rest of this process (see the module docstring).
+    """Enforce ``budget_mib`` for the rest of this process.
+
+    On a CPU the budget is an address-space limit (``RLIMIT_AS`` = the process's size now + the
+    budget), so torch's CPU allocator raises ``DefaultCPUAllocator: can't allocate memory`` once
+    it is used up. An existing, tighter limit (``ulimit -v``) is kept. Threads and processes
+    started later (dataloader workers) inherit the limit, measured from their own size. glibc
+    and oneDNN are set so that the address space follows the memory in use
+    (:func:`_limit_address_space`). On a GPU a budget caps this process's share of the device
+    (``torch.cuda.set_per_process_memory_fraction``), so the caching allocator raises
+    ``torch.OutOfMemoryError`` above it; without one nothing is capped.
 
     Args:
         budget_mib: The budget in MiB, or None.
@@ -128,7 +119,9 @@ def apply_budget(budget_mib: Optional[int], device: torch.device) -> Optional[Bu
 def held_bytes(device: torch.device) -> int:
     """What the budget counts as used by this process now: on a CPU its address space
     (``VmSize``, which ``RLIMIT_AS`` bounds), on a GPU the tensors torch has allocated on
-    ``device`` (the caching allocator's free blocks are reused by the next step)."""
+    ``device`` (the caching allocator's free blocks are reused by the next step). The batch
+    finder reads it between its trials and training after its first optimizer step, so that the
+    two can be compared (docs/memory.md, 'Why the finder's answer trains')."""
     if device.type == 'cuda':
         return gpus().allocated(device.index if device.index is not None else gpus().current())
     return address_space_bytes()

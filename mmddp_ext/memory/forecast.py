@@ -1,24 +1,10 @@
-"""Forecast the memory of every rank of a DDP run before training (pure arithmetic).
+"""Forecast the memory of every rank of a DDP run before training (pure arithmetic, no torch).
 
-``dist_train.py CONFIG --explain --memory`` measures a few real training steps of one process
-(:func:`mmddp_ext.runner.trials.measure_steps`) and hands the numbers to this module, which
-knows nothing of torch:
-
-* :func:`fit_line` fits ``peak ≈ fixed + per_sample × batch`` through the measured points by
-  least squares and checks that they lie close to a line (:data:`NOISE_MIB`,
-  :data:`LINEARITY`); if they do not, a range (the smallest and the largest slope between
-  neighbouring points) is given instead of one number;
-* :func:`largest_batch` is the largest per-device batch that fits a device with the batch
-  finder's headroom (the reserve of :func:`mmddp_ext.runner.batch_finder.reserve_bytes`);
-* :func:`build_forecast` adds what every rank holds beyond the fit (:class:`Cause`: the
-  per-process context, DDP's gradient-bucket copy, communication buffers, stray contexts)
-  and returns a :class:`Forecast`;
-* :func:`parse_size` reads ``--device-memory`` (``24GiB``, ``23.64GiB``, ``16000MiB``).
-
-The question of issue #13 in these terms: one process fits ``(device - reserve - context -
-fixed) / per_sample`` samples; under DDP every rank also holds the causes that only DDP brings
-(a gradient-bucket copy without ``gradient_as_bucket_view``, communication buffers, a stray
-context of another rank on its GPU), which come off the same room, so fewer samples fit.
+``dist_train.py CONFIG --explain --memory`` measures a few training steps of one process
+(:func:`mmddp_ext.runner.trials.measure_steps`); here :func:`fit_line` fits a line through their
+peaks, :func:`build_forecast` adds what every rank holds beyond it (:class:`Cause`) and
+:func:`largest_batch` reads the largest per-device batch that fits. How each number is
+obtained, with real output: docs/memory.md, 'Memory forecast before training'.
 """
 import math
 import re

@@ -2,22 +2,9 @@
 per-device batch would fit (the advice built on it: :mod:`mmddp_ext.diagnose.oom_advice`).
 
 :func:`is_oom_error` (a live exception) and :func:`is_oom` (a failure record's type and
-message) are the only out-of-memory predicates of the package: the batch finder,
-``on_oom='microbatch'``, the failure records and ``python -m mmddp_ext.diagnose`` all use them.
-They recognise torch's CUDA and CPU allocators, ``MemoryError``, ``std::bad_alloc``, and, when
-the address space is limited (``scaling.memory_budget_mib`` on a CPU, ``ulimit -v``), oneDNN's
-"could not create a primitive" and the loader's "failed to map segment from shared object"
-(outside such a limit those two mean something else).
-
-The advice keeps the global batch: a smaller per-device batch is paid for with gradient
-accumulation, so the recipe (and the LR) stay as they are.
-
-* On a GPU the fit is computed from measured numbers: the memory held before the first step
-  (model, optimizer, CUDA context: ``baseline``) and the peak while training at the per-device
-  batch ``B`` give the memory per sample ``(peak - baseline) / B``; what fits is what the
-  device's total (less other processes, less a 10% margin) leaves for samples.
-* On a CPU (a host memory limit) there is no device total to compare with: the advice halves the
-  per-device batch, and says that this is a rule of thumb, not a measurement.
+message) are the package's only out-of-memory predicates; :func:`release_memory` and
+:func:`fitting_batch` follow. Which errors count, and how the batch that fits is found:
+docs/memory.md, 'When a rank runs out of memory'.
 """
 import re
 import resource
@@ -94,7 +81,10 @@ def requested_bytes(message: str) -> Optional[int]:
 
 def fitting_batch(batch: int, baseline: Mapping[str, Any], peak: Mapping[str, Any],
                   requested: Optional[int]) -> Tuple[int, str]:
-    """The per-device batch that would fit, and how it was found."""
+    """The per-device batch that would fit, and how it was found: on a GPU from the measured
+    memory per sample (peak allocated + ``requested`` - baseline, over ``batch``) and what 90%
+    of the device, less other processes, leaves above the baseline; on a CPU half the batch,
+    a rule of thumb. Always between 1 and ``batch - 1`` (1 when ``batch`` is 1)."""
     total = peak.get('device_total')
     if total and peak.get('peak_allocated') is not None and baseline.get('allocated') is not None:
         base = baseline['allocated']

@@ -1,20 +1,11 @@
 """Resuming in the middle of an epoch without training a batch twice or losing one.
 
-MMEngine 0.10.7's ``EpochBasedTrainLoop`` restores the epoch and iteration counters of a
-checkpoint, then starts the epoch from its first batch: a checkpoint saved after batch 5 of 10
-(:class:`~mmddp_ext.hooks.PreemptionHook`, or an iteration-interval ``CheckpointHook``) trains
-batches 1-5 again, and the iteration counter ends 5 past ``max_iters``. Its train dataloader's
-sampler also keeps the seed of the new run, so the order of the batches is another one.
-
-:class:`ResumableEpochLoop` (``DDPRunner`` builds it where MMEngine would build an
-``EpochBasedTrainLoop``) continues the resumed epoch at the next batch: ``done = iter - epoch ×
-len(dataloader)`` batches of the epoch are behind us. The train dataloader's ``DefaultSampler``
-is a :class:`ResumableSampler`, which starts that epoch ``done × batch_size`` indices in (no
-sample is loaded for the skipped batches) with the checkpoint's seed; with another sampler or
-batch sampler the skipped batches are loaded and dropped (one log line says so). The loop
-also stops in the middle of an epoch when ``stop_training`` is set during it (no epoch end,
-no validation). Exact on the same world size; on another one the samples skipped are the same
-number, not the same ones.
+MMEngine 0.10.7's ``EpochBasedTrainLoop`` starts a resumed epoch again from its first batch,
+with the new run's sampler seed. :class:`ResumableEpochLoop` (``DDPRunner`` builds it where
+MMEngine would build an ``EpochBasedTrainLoop``) continues at the next batch, with the
+checkpoint's seed, and can stop in the middle of an epoch; its :class:`ResumableSampler` skips
+the batches already trained without loading them. docs/launching.md, 'Stopping and continuing
+(preemption, time limits, requeue)'.
 """
 import copy
 import itertools
@@ -102,7 +93,9 @@ class ResumableEpochLoop(EpochBasedTrainLoop):
         return self.runner.model
 
     def run_epoch(self) -> None:
-        """One epoch, from the batch after the last one trained."""
+        """One epoch, from the batch after the last one trained: ``done = iter - epoch ×
+        len(dataloader)`` batches of the epoch are behind us. Ends the epoch early, without
+        ``after_train_epoch``, when ``stop_training`` is set during it."""
         done = self._iter - self._epoch * len(self.dataloader)
         done = done if 0 < done <= len(self.dataloader) else 0
         self.runner.call_hook('before_train_epoch')
@@ -116,7 +109,11 @@ class ResumableEpochLoop(EpochBasedTrainLoop):
         self._epoch += 1
 
     def _batches(self, done: int) -> Iterable:
-        """The dataloader, without its first ``done`` batches."""
+        """The dataloader, without its first ``done`` batches: a :class:`ResumableSampler`
+        under a plain ``BatchSampler`` starts ``done × batch_size`` indices in (no sample is
+        loaded for the skipped batches); with another sampler or batch sampler the skipped
+        batches are loaded and dropped (one log line says so). Exact on the same world size; on
+        another one the samples skipped are the same number, not the same ones."""
         if done == 0:
             return self.dataloader
         loader = self.dataloader

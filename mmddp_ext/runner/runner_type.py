@@ -1,19 +1,10 @@
 """``runner_type`` from every entry point that builds a Runner from a config.
 
 MMEngine's ``Runner.from_cfg(cfg)`` builds a stock ``Runner`` whatever the config's
-``runner_type`` says; MMDetection's ``tools/train.py`` honours ``runner_type`` (it calls
-``RUNNERS.build``), MMPose's ``tools/train.py`` does not (it calls ``Runner.from_cfg``), so under
-MMPose's own entry point a config asking for :class:`~mmddp_ext.runner.DDPRunner` silently got
-none of it. :func:`honour_runner_type` extends MMEngine at one point, once, when ``mmddp_ext``
-is imported (``custom_imports`` does that while the config is read, before the entry point
-builds its runner):
-
-* ``Runner.from_cfg(cfg)``, called on ``Runner`` itself, builds ``cfg.runner_type`` when that
-  names a registered subclass of ``Runner`` (``DDPRunner`` or any other), by that class's own
-  ``from_cfg``. Subclasses' ``from_cfg``, ``RUNNERS.build`` and a config without
-  ``runner_type`` (or with ``'Runner'``) behave exactly as before.
-* A stock ``Runner`` still constructed from a config whose ``runner_type`` plans (``Runner(
-  **cfg)`` directly) logs one warning on every rank: the plan and our hooks are off.
+``runner_type`` says, so under MMPose's ``tools/train.py`` (which calls it) a config asking for
+:class:`~mmddp_ext.runner.DDPRunner` silently got none of it. :func:`honour_runner_type`,
+called once when ``mmddp_ext`` is imported (``custom_imports`` does that while the config is
+read), makes it build ``runner_type``. docs/launching.md, 'Entry points you already have'.
 """
 from typing import Any
 
@@ -33,8 +24,17 @@ def _registered_subclass(runner_type: Any) -> Any:
 
 
 def honour_runner_type() -> None:
-    """Make ``Runner.from_cfg`` build the config's ``runner_type`` (module docstring).
-    Idempotent."""
+    """Make ``Runner.from_cfg`` build the config's ``runner_type``; MMEngine is extended at
+    this one point. Idempotent.
+
+    * ``Runner.from_cfg(cfg)``, called on ``Runner`` itself, builds ``cfg.runner_type`` when
+      that names a registered subclass of ``Runner`` (``DDPRunner`` or any other), by that
+      class's own ``from_cfg``. Subclasses' ``from_cfg``, ``RUNNERS.build`` and a config
+      without ``runner_type`` (or with ``'Runner'``) behave exactly as before.
+    * A stock ``Runner`` still constructed from a config whose ``runner_type`` plans
+      (``Runner(**cfg)`` directly) logs one warning on every rank: the plan and our hooks are
+      off.
+    """
     if getattr(Runner, _PATCHED, False):
         return
     stock_from_cfg = Runner.from_cfg.__func__

@@ -1,25 +1,11 @@
 """Plan the per-device batch, gradient accumulation, LR scale and iteration rescaling.
 
-MMEngine's ``train_dataloader.batch_size`` is *per device*: moving a config from 1 to 2 GPUs
-silently doubles the global batch. :func:`make_plan` combines the user's ``scaling`` block
-(:class:`~mmddp_ext.scaling.config.ScalingConfig`) with plain facts read from the MMEngine
-config (:class:`ConfigFacts`) and the world size into a :class:`ScalingPlan`. Reading the
-config and applying the plan happen elsewhere (:mod:`~mmddp_ext.scaling.apply`), how a global
-batch splits over devices is :mod:`~mmddp_ext.scaling.split`, the plan as a table is
-:mod:`~mmddp_ext.scaling.report`; this module is pure standard library.
-
-Worked example: an ``8xb64`` config (``batch_size=64``, base batch 512) trained on 1 GPU
-gives per-device 64, accumulation 8, global 512, LR × 1.0. The config as written sees
-512 samples per iteration, now 64, so ``iter_scale`` is 8: a 500-iteration warmup becomes
-4000 micro-iterations, which are the same 500 optimizer steps, because MMEngine's parameter
-schedulers step every micro-iteration. On 16 GPUs the same recipe gives per-device 32,
-accumulation 1 and ``iter_scale`` 1.0 (16 × 32 = 512 samples per iteration, as written).
-
-An ``auto_scale_lr.base_batch_size`` that is no whole number of the config's per-device steps
-(``batch_size=3``, base 16) is set aside with one warning, keeping MMEngine's per-device
-semantics: no world size reproduces it, and as a recipe it would change the epoch length and
-LR of a config MMEngine runs as written. ``scaling.global_batch_size`` / ``base_batch_size``
-still mean what they say.
+:func:`make_plan` combines the user's ``scaling`` block
+(:class:`~mmddp_ext.scaling.config.ScalingConfig`), plain facts read from the MMEngine config
+(:class:`ConfigFacts`) and the world size into a :class:`ScalingPlan`. Pure standard library:
+reading the config and applying the plan is :mod:`~mmddp_ext.scaling.apply`, the split over
+devices :mod:`~mmddp_ext.scaling.split`, the plan as a table :mod:`~mmddp_ext.scaling.report`.
+The rules and worked examples: docs/scaling.md, from 'The `scaling` block' on.
 """
 import math
 import re
@@ -330,7 +316,8 @@ def make_plan(scaling: ScalingConfig, facts: ConfigFacts, world_size: int,
             ``scaling.max_batch_per_device`` (used once ``'auto'`` was measured).
 
     Returns:
-        The plan; see the module docstring for a worked example.
+        The plan; worked examples: docs/scaling.md, 'Worked example 2: an `8xb64` recipe on
+        2 GPUs'.
 
     Raises:
         ValueError: for a bad world size or cap, or a global batch that ``world_size``

@@ -42,7 +42,7 @@ def test_kill_a_worker_and_the_job_resumes_and_finishes(demo_data, tmp_path):
     env = dict(os.environ, MAX_RESTARTS='1', OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
     proc = subprocess.Popen([
         'bash', 'tools/dist_train.sh', config, '2', '--resume', '--work-dir', work,
-        *demo_options(demo_data, epochs, **{'train_cfg.val_interval': '100'})
+        *demo_options(demo_data, epochs)
     ], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:

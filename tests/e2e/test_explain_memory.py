@@ -99,7 +99,7 @@ def test_forecast_matches_a_real_one_process_run(forecast, demo_data, tmp_path):
     check_ok(
         run([
             PYTHON, 'tools/dist_train.py', config, '--work-dir', work,
-            *demo_options(demo_data, max_epochs=1, **{'train_cfg.val_begin': '2'})
+            *demo_options(demo_data, max_epochs=1)
         ], timeout=600))
     logs = glob.glob(osp.join(work, '*', 'memory', 'rank0.jsonl'))
     assert logs, f'no memory log under {work}'

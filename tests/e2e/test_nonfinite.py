@@ -23,7 +23,7 @@ def test_nan_loss_on_rank1_stops_the_run_and_is_diagnosed(demo_data, tmp_path):
     work = str(tmp_path / 'w')
     proc = run([
         'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work,
-        *demo_options(demo_data, 3, **{'train_cfg.val_interval': '1'})
+        *demo_options(demo_data, 3, validate=True, **{'train_cfg.val_interval': '1'})
     ])
     out = proc.stdout
     assert proc.returncode != 0, out[-4000:]
@@ -62,7 +62,7 @@ def test_skip_and_warn_on_two_ranks(demo_data, tmp_path):
         work = str(tmp_path / action)
         proc = run([
             'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work,
-            *demo_options(demo_data, 2, **{
+            *demo_options(demo_data, 2, validate=True, **{
                 'train_cfg.val_interval': '1',
                 'scaling.max_batch_per_device': '8'
             })

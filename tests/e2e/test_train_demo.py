@@ -47,7 +47,7 @@ def trained(demo_data, tmp_path_factory):
         out = check_ok(
             run([
                 PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir', work_dir,
-                *demo_options(demo_data, max_epochs=2)
+                *demo_options(demo_data, max_epochs=2, validate=True)
             ]))
         with open(osp.join(work_dir, 'train.log.txt'), 'w') as f:
             f.write(out)
