@@ -6,11 +6,11 @@ live on as orphans: measured 29 minutes and more at about 560 MiB each, until ki
 and one more set per elastic restart. Each worker here asks the kernel to SIGKILL it when its
 parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``), then runs the loader's own ``worker_init_fn``.
 
-It also drops the SIGTERM stack dump that :class:`~mmddp_ext.hooks.HangWatchdogHook` installs
-in the rank (a forked worker inherits it and would write into the rank's dump).
+Nothing else of the rank's signal handling is touched: torch's worker set-up replaces the
+SIGTERM handler a forked worker inherits (the rank's ``PreemptionHook`` handler and
+``HangWatchdogHook``'s stack dump) by its own, which ends the worker, before this init runs.
 """
 import ctypes
-import faulthandler
 import functools
 import os
 import signal
@@ -68,8 +68,6 @@ class WorkerInit(functools.partial):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         die_with_parent(self.parent_pid)
-        if hasattr(signal, 'SIGTERM'):
-            faulthandler.unregister(signal.SIGTERM)
         return super().__call__(*args, **kwargs)
 
 

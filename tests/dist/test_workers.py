@@ -24,7 +24,7 @@ def _alive(pid: int) -> bool:
 
 def _start(mode: str):
     proc = subprocess.Popen([sys.executable, '-m', 'tests.helpers.loader_child', mode], cwd=ROOT,
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []
     for line in proc.stdout:
         lines.append(line)
@@ -52,6 +52,47 @@ def test_workers_of_a_killed_rank_die_with_it():
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _kill(pids) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_a_tied_worker_keeps_torchs_sigterm_and_never_runs_the_ranks_handler():
+    """SIGTERM to a tied worker ends it (torch's own worker handler), and neither the rank's
+    handler nor its stack dump runs there. The rank itself still runs both (the control)."""
+    proc, workers, _ = _start('term-tie')
+    try:
+        os.kill(proc.pid, signal.SIGTERM)  # the control: the rank's handler is live
+        assert proc.stdout.readline() == f'SIGTERM in {proc.pid}, which goes on\n'
+        os.kill(workers[0], signal.SIGTERM)  # torch then stops the rank: a worker died
+        deadline = time.monotonic() + 60  # a bound, not a measurement: death is immediate
+        while _alive(workers[0]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(workers[0])
+    finally:
+        _kill([proc.pid] + workers)
+    err = proc.stderr.read()
+    assert err.count('Current thread') + err.count('Thread 0x') >= 1  # the rank's dump
+    assert f'SIGTERM in {workers[0]}' not in proc.stdout.read()
+
+
+def test_a_rank_exiting_with_live_workers_is_not_held_by_them():
+    """A rank that exits while its loader's iterator lives (a raised exception holds it): the
+    exit's SIGTERM ends its workers at once, so it exits with its own code; before, a tied
+    worker ran the rank's stop handler and lived on for PreemptionHook's grace (25 s)."""
+    proc, workers, _ = _start('exit-tie')
+    try:
+        assert proc.wait(120) == 3  # a bound, not a measurement
+        out, err = proc.communicate()
+        assert 'SIGTERM in' not in out and 'Exception ignored' not in err, (out, err)
+        assert not [p for p in workers if _alive(p)]
+    finally:
+        _kill([proc.pid] + workers)
 
 
 def test_tie_wraps_once_and_only_loaders_with_workers():

@@ -1,8 +1,15 @@
 """A test-only script: a process with a DataLoader of 2 worker processes, optionally tied to it
-(:func:`mmddp_ext.dist.workers.tie_workers`); prints the worker pids, then waits to be killed.
+(:func:`mmddp_ext.dist.workers.tie_workers`); prints the worker pids, then waits to be killed,
+or (``exit-tie``) exits with code 3 while its loader's iterator is alive, as a rank whose
+loader raised does. ``term-tie`` and ``exit-tie`` hold SIGTERM as a training rank does: a
+handler that only reports (as ``PreemptionHook``'s only records) and a faulthandler stack dump
+chained before it (as ``HangWatchdogHook``'s), both set before the workers fork.
 
-    python -m tests.helpers.loader_child tie|plain
+    python -m tests.helpers.loader_child tie|plain|term-tie|exit-tie
 """
+import faulthandler
+import os
+import signal
 import sys
 import time
 
@@ -26,17 +33,27 @@ class _Big:
         return torch.zeros(2**18)
 
 
+def _report_sigterm(signum, frame) -> None:
+    print(f'SIGTERM in {os.getpid()}, which goes on', flush=True)
+
+
 def main(mode: str) -> None:
+    if mode in ('term-tie', 'exit-tie'):
+        signal.signal(signal.SIGTERM, _report_sigterm)
+        faulthandler.register(signal.SIGTERM, file=sys.stderr, all_threads=True, chain=True)
     # 1 MiB samples: prefetched batches fill the result pipe, as images do in training
     loader = DataLoader(_Big(), batch_size=1, num_workers=2, worker_init_fn=seed_worker)
-    if mode == 'tie':
+    if mode.endswith('tie'):
         tie_workers(loader)
+    global batches  # kept alive to the exit, as a traceback keeps a failed loop's iterator
     batches = iter(loader)
     # batch 0 comes from worker 0, batch 1 from worker 1 (round robin): after both, each worker
     # has run its init (and printed), however slowly a loaded machine started the second one
     next(batches)
     next(batches)
     print('workers', ' '.join(str(c.pid) for c in psutil.Process().children()), flush=True)
+    if mode == 'exit-tie':
+        sys.exit(3)
     time.sleep(600)
 
 
