@@ -43,8 +43,12 @@ def test_a_stuck_rank_is_named_not_the_rank_that_waits(demo_data, tmp_path):
 def test_a_short_collective_timeout_still_names_the_stuck_rank(demo_data, tmp_path):
     """The field's case: rank 0's collective times out first and raises; rank 1, stopped by
     torchrun, is the one named, from the stack it dumped."""
+    # grace=1: the stuck rank, told to stop by torchrun, would otherwise wait PreemptionHook's
+    # 25 s for a save it can never reach before it dies of the SIGTERM (its stack is dumped at
+    # the signal, first)
     proc, screen, _ = _train(
         tmp_path, demo_data, "dict(type='HangWatchdogHook', min_timeout=600), "
+        "dict(type='PreemptionHook', grace=1), "
         "dict(type='FaultHook', rank=1, at_iter=3, fault='stuck')", 'env_cfg.dist_cfg.timeout=10',
         name='stuck_timeout.py')
     assert proc.returncode != 0
