@@ -263,7 +263,10 @@ class TestFiniteLossHook(RunnerTestCase):
     def test_finite_checkpoint_hook_guards_mmengines_own_runner(self):
         cfg = self._cfg('warn', iteration=5)
         cfg.default_hooks.checkpoint.type = 'FiniteCheckpointHook'
-        self._refuses_on(Runner.from_cfg(cfg))
+        runner = Runner.from_cfg(cfg)
+        self.assertNotIsInstance(runner, DDPRunner)  # no refusal by the runner: the hook alone
+        self.assertIsInstance(self._hook(runner, CheckpointHook), FiniteCheckpointHook)
+        self._refuses_on(runner)
 
     def test_without_the_check_mmengine_records_the_non_finite_save(self):
         # negative control: a stock CheckpointHook under MMEngine's Runner removes epoch_1.pth
