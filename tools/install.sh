@@ -199,8 +199,12 @@ albumentations_step() {
 }
 
 self_step() {
+  # The import leaves out the working directory: run from the checkout, it finds the checkout
+  # itself, and an install pointing at another (or a deleted) clone would pass for this one.
   if [ -e "$ROOT/mmddp_ext/.mim/configs" ] && [ -n "$(dist_version mmddp_ext)" ] && py "
-import os, mmddp_ext
+import os, sys
+sys.path[:] = [p for p in sys.path if p not in ('', os.getcwd())]
+import mmddp_ext
 assert os.path.samefile(os.path.dirname(mmddp_ext.__file__), '$ROOT/mmddp_ext')" 2>/dev/null
   then
     say "mmddp_ext already installed from $ROOT"
