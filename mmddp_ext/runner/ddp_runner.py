@@ -8,13 +8,11 @@
 What that adds for a user is the README's list under "Use it in your configs"; the plan is
 docs/scaling.md, checkpoints docs/reliability.md.
 """
-import copy
 import os
 import os.path as osp
 import shutil
 from typing import Any, Optional, Tuple
 
-from mmengine.config import Config
 from mmengine.dist import is_main_process
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
@@ -34,6 +32,7 @@ from ..scaling.apply import CheckedScaling, apply_plan, check_scaling, plan_for_
 from ..scaling.config import ScalingConfig
 from ..utils.io import move_into_place
 from ..utils.quiet import quiet_logger, quiet_warnings
+from .config_text import TextOnceConfig
 from .resumable_loop import resumable_loop_cfg
 
 # Added unless the config lists them itself (e.g. with another interval).
@@ -171,7 +170,7 @@ class DDPRunner(Runner):
         ``scaling`` block does not apply); distributed runs still get the lean DDP wrapper and
         our hooks.
         """
-        cfg = copy.deepcopy(cfg if isinstance(cfg, Config) else Config(cfg))
+        cfg = TextOnceConfig.copy_of(cfg)  # formatted once, not at every pretty_text
         launcher = cfg.get('launcher', 'none')
         world_size, local_rank = _read_layout(launcher)
         training = has_training_parts(cfg)

@@ -1,0 +1,36 @@
+"""``TextOnceConfig``: a Config whose ``pretty_text`` is formatted once per content.
+
+MMEngine's Runner asks its config for ``pretty_text`` five times in a run (the environment it
+logs, the config it dumps, the visualizer's copy, ``RuntimeInfoHook``, and the meta of every
+checkpoint), on every rank, and each time formats the whole config anew with yapf: a quarter
+of a second for the demo config on one core, more for a detection recipe, once more at each
+save. ``DDPRunner`` holds its config as a ``TextOnceConfig``: the text is kept with the
+content it was made from (``repr`` of :meth:`~mmengine.config.Config.to_dict`) and made again
+only when the config changed. The text is MMEngine's own, character for character.
+"""
+import copy
+from typing import Any
+
+from mmengine.config import Config
+
+
+class TextOnceConfig(Config):
+    """MMEngine's Config; ``pretty_text`` (and so ``dump``) formats once per content."""
+
+    @classmethod
+    def copy_of(cls, cfg: Any) -> 'TextOnceConfig':
+        """A deep copy of ``cfg`` (a Config or a dict) as a ``TextOnceConfig``."""
+        source = copy.deepcopy(cfg) if isinstance(cfg, Config) else Config(cfg)
+        out = cls.__new__(cls)
+        for key, value in vars(source).items():
+            object.__setattr__(out, key, value)
+        return out
+
+    @property
+    def pretty_text(self) -> str:
+        content = repr(self.to_dict())
+        kept = vars(self).get('_kept_text')
+        if kept is None or kept[0] != content:
+            kept = (content, Config.pretty_text.fget(self))
+            object.__setattr__(self, '_kept_text', kept)  # Config routes setattr to its dict
+        return kept[1]
