@@ -17,7 +17,7 @@ import pytest
 
 from mmddp_ext.diagnose.records import read_failures
 
-from conftest import check_ok, demo_options, demo_with_hooks, run
+from conftest import SLIM_HEAD_WIDTH, check_ok, demo_options, demo_with_hooks, run
 
 SCREEN = 25  # lines a user sees without scrolling
 
@@ -79,7 +79,8 @@ def test_rank1_with_another_model_stops_the_job_with_the_parameters(demo_data, t
     screen = _screen(out)
     assert 'rank 1 of 2 differs in parameters' in ' '.join(screen.split())
     assert 'first differences, rank 0 vs rank 1:' in screen
-    assert 'head.final_layer.weight: (17, 256, 1, 1) vs (16, 256, 1, 1)' in screen
+    assert (f'head.final_layer.weight: (17, {SLIM_HEAD_WIDTH}, 1, 1) vs '
+            f'(16, {SLIM_HEAD_WIDTH}, 1, 1)') in screen
     assert 'head.final_layer.bias: (17) vs (16)' in screen
     assert 'fix: every rank must build the same model' in screen
 
@@ -92,14 +93,13 @@ def _speed(work):
     }
 
 
-@pytest.mark.slow
-def test_healthy_run_agrees_and_records_speed(demo_data, tmp_path):
-    proc, work = _train(tmp_path, demo_data, "dict(type='RankMemoryHook', interval=2)",
-                        name='healthy.py', epochs=2)
-    out = check_ok(proc)
+def test_healthy_run_agrees_and_records_speed(healthy_run):
+    """The shared healthy run (``conftest.healthy_run``: 1 epoch of 2 iterations,
+    ``RankMemoryHook(interval=1)``)."""
+    out = healthy_run.out
     assert '[mmddp_ext] 2 ranks agree: dataset length 64, 2 iterations per epoch' in out
     assert 'ranks disagree' not in out
-    log_dir, lines = _speed(work)
+    log_dir, lines = _speed(healthy_run.work)
     for rank in (0, 1):
         timed = [s for s in lines[rank] if s['timed_iters']]
         assert timed and all(s['iter_time_s'] >= s['data_time_s'] >= 0 for s in timed)

@@ -45,7 +45,7 @@ def forecast(demo_data, tmp_path_factory) -> dict:
     def build(work: str) -> None:
         proc = run([
             PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--explain', '--memory', '--json',
-            '--world-size', '1', '--work-dir', work, *demo_options(demo_data)
+            '--world-size', '1', '--work-dir', work, *demo_options(demo_data, slim=False)
         ], timeout=600)
         with open(osp.join(work, 'forecast.json'), 'w') as f:
             f.write(check_ok(proc).strip().splitlines()[-1])
@@ -99,7 +99,7 @@ def test_forecast_matches_a_real_one_process_run(forecast, demo_data, tmp_path):
     check_ok(
         run([
             PYTHON, 'tools/dist_train.py', config, '--work-dir', work,
-            *demo_options(demo_data, max_epochs=1)
+            *demo_options(demo_data, max_epochs=1, slim=False)
         ], timeout=600))
     logs = glob.glob(osp.join(work, '*', 'memory', 'rank0.jsonl'))
     assert logs, f'no memory log under {work}'
@@ -119,7 +119,7 @@ def test_a_device_below_the_fixed_memory_is_one_line_and_exit_1(forecast, demo_d
     size = f'{max(1, int(fixed / 2))}MiB'
     proc = run([
         PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--explain', '--memory', '--device-memory',
-        size, *demo_options(demo_data)
+        size, *demo_options(demo_data, slim=False)
     ], timeout=600)
     line = _one_error_line(proc)
     assert f'(--device-memory {size}) is below the fixed memory of one process' in line

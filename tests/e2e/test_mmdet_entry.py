@@ -57,7 +57,7 @@ def test_mmdet_train_py_builds_the_configs_runner(det_data, tmp_path):
         run([
             PYTHON,
             osp.join(_mmdet_tools(), 'train.py'), DET_CONFIG, '--work-dir',
-            str(work), *demo_options(det_data, 1, validate=True)
+            str(work), *demo_options(det_data, 1, validate=True, slim=False)
         ], cwd=str(tmp_path)))
     _check_trained(out, 1)
     assert osp.isfile(work / 'epoch_1.pth')
@@ -74,7 +74,7 @@ def test_mmdet_dist_train_sh_on_cpu(det_data, tmp_path):
         run([
             'bash',
             osp.join(_mmdet_tools(), 'dist_train.sh'), DET_CONFIG, '2', '--work-dir', work_dir,
-            *demo_options(det_data, 1, validate=True)
+            *demo_options(det_data, 1, validate=True, slim=False)
         ], cwd=str(tmp_path), env=dict(PORT=str(find_free_port()))))
     _check_trained(out, 2)
     assert out.count('[mmddp_ext] process group: gloo') == 2  # one per rank, on a CPU

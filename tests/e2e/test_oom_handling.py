@@ -33,7 +33,7 @@ def _config(tmp_path, record_dir, modules=(), hooks=''):
 def _options(demo_data, epochs, **extra):
     # no validation (its batch is not probed) and no final checkpoint: training only
     return demo_options(
-        demo_data, epochs, **{
+        demo_data, epochs, slim=False, **{
             'train_cfg.val_begin': str(epochs + 1),
             'default_hooks.checkpoint.save_last': 'False',
             **extra

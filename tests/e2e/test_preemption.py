@@ -10,9 +10,7 @@ import signal
 import pytest
 import torch
 
-from mmddp_ext.dist.launch import find_free_port
-
-from conftest import PYTHON, demo_options, demo_with_hooks, finish, popen
+from conftest import demo_options, demo_with_hooks, finish, popen, stop_point_by_hand
 from tests.helpers.stop_point_hook import STOP_OPTIONS, hook_source, trained_iterations, wait_for
 
 pytestmark = pytest.mark.slow
@@ -20,34 +18,11 @@ pytestmark = pytest.mark.slow
 PER_EPOCH, EPOCHS = 8, 2
 
 
-def _by_hand(config: str, work: str, data: str, extra=()) -> list:
-    port = str(find_free_port())
-    cmd = [
-        PYTHON, 'tools/dist_train.py', config, '--work-dir', work, *extra,
-        *demo_options(data, EPOCHS, **STOP_OPTIONS)
-    ]
-    return [
-        popen(cmd, env=dict(RANK=str(r), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=port))
-        for r in (0, 1)
-    ]
-
-
-@pytest.fixture(scope='module')
-def reference(demo_data, tmp_path_factory):
-    """What a run that is never stopped trains: ``{rank: [(iter, epoch, ids), ...]}``."""
-    tmp = tmp_path_factory.mktemp('reference')
-    flags = str(tmp / 'flags')
-    config = demo_with_hooks(tmp, hook_source(flags, 0), ['stop_point_hook'], 'ref.py')
-    results = finish(_by_hand(config, str(tmp / 'w'), demo_data))
-    assert [rc for rc, _ in results] == [0, 0], results[0][1][-3000:]
-    return trained_iterations(flags, 2)
-
-
 def test_sigterm_to_one_rank_stops_both_and_resume_trains_each_batch_once(
-        reference, demo_data, tmp_path):
+        stop_point_reference, demo_data, tmp_path):
     flags, work = str(tmp_path / 'flags'), str(tmp_path / 'w')
     config = demo_with_hooks(tmp_path, hook_source(flags, 10, hold_save=True), ['stop_point_hook'])
-    procs = _by_hand(config, work, demo_data)
+    procs = stop_point_by_hand(config, work, demo_data)
     alive = lambda: all(p.poll() is None for p in procs)  # noqa: E731
     wait_for([osp.join(flags, f'paused_rank{r}') for r in (0, 1)], alive=alive)
     procs[1].send_signal(signal.SIGTERM)  # rank 1 only: rank 0 learns it from the agreement
@@ -70,7 +45,7 @@ def test_sigterm_to_one_rank_stops_both_and_resume_trains_each_batch_once(
     assert open(osp.join(work, 'last_checkpoint')).read().strip() == osp.join(work, 'iter_11.pth')
     assert not osp.exists(osp.join(work, 'epoch_2.pth'))
 
-    results = finish(_by_hand(config, work, demo_data, ['--resume']))
+    results = finish(stop_point_by_hand(config, work, demo_data, ['--resume']))
     out = results[0][1]
     assert [rc for rc, _ in results] == [0, 0], out[-3000:]
     assert 'resuming epoch 2 after batch 3 of 8: continuing at batch 4' in out
@@ -78,14 +53,15 @@ def test_sigterm_to_one_rank_stops_both_and_resume_trains_each_batch_once(
     trained = trained_iterations(flags, 2)
     for rank in (0, 1):  # the same iterations, with the same samples, each once
         assert [it for it, _, _ in trained[rank]] == list(range(1, PER_EPOCH * EPOCHS + 1))
-        assert trained[rank] == reference[rank]
+        assert trained[rank] == stop_point_reference[rank]
     seen = sum(len(ids) for rank in trained for _, _, ids in trained[rank])
+    reference = stop_point_reference
     assert seen == sum(len(ids) for rank in reference for _, _, ids in reference[rank]) == 128
     ckpt = torch.load(osp.join(work, 'epoch_2.pth'), map_location='cpu')
     assert ckpt['meta']['iter'] == PER_EPOCH * EPOCHS
 
 
-def test_sigterm_under_dist_train_sh_exits_75_and_resume_continues(reference, demo_data, tmp_path):
+def test_sigterm_under_dist_train_sh_exits_75_and_resume_continues(demo_data, tmp_path):
     flags, work = str(tmp_path / 'flags'), str(tmp_path / 'w')
     config = demo_with_hooks(tmp_path, hook_source(flags, 10), ['stop_point_hook'])
     cmd = [

@@ -5,10 +5,11 @@ Each case writes a config into ``tmp_path`` that ``_base_``-inherits the recipe 
 what the demo data needs: the data root, annotation files and image folders, no pretrained
 checkpoint (``init_cfg``), no person-detection ``bbox_file`` for validation, the epochs, and the
 workers (0, so one process does everything). Pipelines, input sizes, models, losses, codecs,
-optimizers, hooks and batch sizes stay as written. One family per case, one iteration, with
-``tools/dist_train.py`` in one process: the training set is cut to its first two images
+optimizers, hooks and batch sizes stay as written. One iteration per family, with
+``tools/dist_train.py``'s entry in one process: the training set is cut to its first two images
 (``dataset.indices``), so the recipe's batch holds both and an epoch is one iteration, and the
-validation MMEngine runs after the last epoch is skipped.
+validation MMEngine runs after the last epoch is skipped. The families train one after another in
+one process (``tests/helpers/train_recipes.py``), which pays for the imports once.
 
 The RTMPose-t case runs that recipe whole under ``tools/dist_train.sh CFG 2`` with
 ``DDPRunner`` on all 64 demo images for 2 epochs: its pipelines (Albumentation,
@@ -141,22 +142,34 @@ def train_lines(out: str) -> List[Tuple[int, int, int, float]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('family_path', FAMILIES)
-def test_recipe_trains_one_iteration_on_cpu(family_path, demo_data, tmp_path):
+def test_every_family_trains_one_iteration_on_cpu(demo_data, tmp_path):
+    """Each family's recipe, one after another in one process (``tests/helpers/
+    train_recipes.py``: ``tools/dist_train.py``'s entry, called once per family); every family
+    is checked, and every one that failed is named with why."""
     # no checkpoint: one iteration proves the recipe trains (HRNet/DEKR ones are 100+ MiB)
-    config, base = demo_recipe_config(
-        tmp_path, family_path, demo_data, extra='default_hooks = dict(logger=dict(interval=1), '
-        'checkpoint=dict(interval=-1, save_last=False))')
-    assert not base.train_dataloader.get('drop_last', False), 'a 2-image set would be empty'
-    out = check_ok(
-        run([
-            PYTHON,
-            osp.join(ROOT, 'tools', 'dist_train.py'), config, '--work-dir',
-            str(tmp_path / 'work')
-        ], cwd=str(tmp_path)))
-    rows = train_lines(out)
-    assert [r[:3] for r in rows] == [(1, 1, 1)], out[-4000:]
-    assert math.isfinite(rows[0][3]), rows
+    pairs = []
+    for family in FAMILIES:
+        [family_path] = family.values
+        folder = tmp_path / family.id
+        folder.mkdir()
+        config, base = demo_recipe_config(
+            folder, family_path, demo_data, extra='default_hooks = dict(logger=dict(interval=1), '
+            'checkpoint=dict(interval=-1, save_last=False))')
+        assert not base.train_dataloader.get('drop_last', False), 'a 2-image set would be empty'
+        pairs.append(f'{family.id}={config}')
+    out = str(tmp_path / 'trained')
+    check_ok(
+        run([PYTHON, osp.join(ROOT, 'tests', 'helpers', 'train_recipes.py'), out, *pairs],
+            cwd=str(tmp_path)))
+    failed = {}
+    for family in FAMILIES:
+        result = json.load(open(osp.join(out, family.id, 'result.json')))
+        rows = train_lines(result['log'])
+        if result['rc'] != 0 or [r[:3] for r in rows] != [(1, 1, 1)]:
+            failed[family.id] = (result['rc'], rows, (result['error'] or result['log'])[-3000:])
+        elif not math.isfinite(rows[0][3]):
+            failed[family.id] = ('loss', rows)
+    assert failed == {}
 
 
 @pytest.mark.slow

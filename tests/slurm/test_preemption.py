@@ -1,12 +1,13 @@
 """A Slurm batch job (tools/slurm_sbatch.sh, ``--requeue``) told to stop by
 ``scancel --signal=USR1`` in the middle of an epoch saves, requeues itself, starts again and
-finishes: every iteration and sample is trained once, as in a job that was never stopped."""
+finishes: every iteration and sample is trained once, as in a run that was never stopped
+(``conftest.stop_point_reference``: the same config, seed and world size)."""
 import os.path as osp
 
 import pytest
 import torch
 
-from conftest import PYTHON, check_ok, demo_options, demo_with_hooks, run
+from conftest import check_ok, demo_options, demo_with_hooks, run
 from tests.helpers.stop_point_hook import STOP_OPTIONS, hook_source, trained_iterations, wait_for
 
 pytestmark = pytest.mark.slow
@@ -15,18 +16,8 @@ PER_EPOCH, EPOCHS = 8, 2
 
 
 def test_usr1_mid_epoch_saves_requeues_and_the_job_finishes_as_if_never_stopped(
-        slurm, demo_data, tmp_path):
+        slurm, stop_point_reference, demo_data, tmp_path):
     options = demo_options(demo_data, EPOCHS, **STOP_OPTIONS)
-    ref_flags = str(tmp_path / 'ref_flags')
-    ref_config = demo_with_hooks(tmp_path, hook_source(ref_flags, 0), ['stop_point_hook'], 'ref.py')
-    check_ok(
-        run([
-            'srun', '-N2', '--ntasks-per-node=1', PYTHON, 'tools/dist_train.py', ref_config,
-            '--launcher', 'slurm', '--work-dir',
-            str(tmp_path / 'ref'), *options
-        ], env=dict(SLURM_CONF=slurm.conf)))
-    reference = trained_iterations(ref_flags, 2)
-
     flags, work, log = str(tmp_path / 'flags'), str(tmp_path / 'w'), str(tmp_path / 'job.out')
     config = demo_with_hooks(tmp_path, hook_source(flags, 10), ['stop_point_hook'])
     job = check_ok(
@@ -53,8 +44,9 @@ def test_usr1_mid_epoch_saves_requeues_and_the_job_finishes_as_if_never_stopped(
     trained = trained_iterations(flags, 2)
     for rank in (0, 1):
         assert [it for it, _, _ in trained[rank]] == list(range(1, PER_EPOCH * EPOCHS + 1))
-        assert trained[rank] == reference[rank]
+        assert trained[rank] == stop_point_reference[rank]
     seen = sum(len(ids) for rank in trained for _, _, ids in trained[rank])
+    reference = stop_point_reference
     assert seen == sum(len(ids) for rank in reference for _, _, ids in reference[rank]) == 128
     ckpt = torch.load(osp.join(work, 'epoch_2.pth'), map_location='cpu')
     assert ckpt['meta']['iter'] == PER_EPOCH * EPOCHS
