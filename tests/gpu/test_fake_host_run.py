@@ -10,7 +10,7 @@ import pytest
 
 from mmddp_ext.gpu.fake import FIELD_CONTEXT, FIELD_FOREIGN, make_fake_host
 
-from conftest import check_ok, demo_options, demo_with_hooks, run
+from conftest import check_ok, demo_options, demo_with_hooks, once, run
 
 MIB = 2**20
 FOREIGN_PID = 4242  # not one of the job's: NVML lists it, the job does not own it
@@ -19,28 +19,37 @@ STRAY_MIB = round((FIELD_FOREIGN - FIELD_CONTEXT) / MIB)  # with its context: 1.
 
 @pytest.fixture(scope='module')
 def fake_run(demo_data, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp('fake_gpu')
-    env = make_fake_host(str(tmp / 'host'), count=2, foreign=[(0, FOREIGN_PID, FIELD_FOREIGN)])
-    records = str(tmp / 'records')
-    cfg = demo_with_hooks(
-        tmp, f"dict(type='FakeGpuHook', out_dir={records!r}, stray_rank=1, "
-        f"stray_mib={STRAY_MIB}), dict(type='RankMemoryHook', interval=1)", ['fake_gpu_hook'])
-    work = str(tmp / 'w')
-    out = check_ok(
-        run([
-            'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work, *demo_options(
-                demo_data, 1, **{
-                    'scaling.max_batch_per_device': 'auto',
-                    'scaling.memory_budget_mib': '6000'
-                })
-        ], env=env))
+    """(output, {rank: FakeGpuHook's record}, {rank: RankMemoryHook's samples}) of one
+    2-process run on a fake host of 2 GPUs, made once for the session (``conftest.once``)."""
+
+    def build(tmp: str) -> None:
+        env = make_fake_host(
+            osp.join(tmp, 'host'), count=2, foreign=[(0, FOREIGN_PID, FIELD_FOREIGN)])
+        cfg = demo_with_hooks(
+            tmp, f"dict(type='FakeGpuHook', out_dir={osp.join(tmp, 'records')!r}, "
+            f"stray_rank=1, stray_mib={STRAY_MIB}), dict(type='RankMemoryHook', interval=1)",
+            ['fake_gpu_hook'])
+        out = check_ok(
+            run([
+                'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
+                osp.join(tmp, 'w'), *demo_options(
+                    demo_data, 1, **{
+                        'scaling.max_batch_per_device': 'auto',
+                        'scaling.memory_budget_mib': '6000'
+                    })
+            ], env=env))
+        with open(osp.join(tmp, 'out.txt'), 'w') as f:
+            f.write(out)
+
+    tmp = once(tmp_path_factory, 'fake_gpu_run', build)
+    records = osp.join(tmp, 'records')
     ranks = {r: json.load(open(osp.join(records, f'rank{r}.json'))) for r in (0, 1)}
-    [log_dir] = glob.glob(osp.join(work, '2*'))
+    [log_dir] = glob.glob(osp.join(tmp, 'w', '2*'))
     samples = {
         r: [json.loads(x) for x in open(osp.join(log_dir, 'memory', f'rank{r}.jsonl'))]
         for r in (0, 1)
     }
-    return out, ranks, samples
+    return open(osp.join(tmp, 'out.txt')).read(), ranks, samples
 
 
 @pytest.mark.slow
