@@ -10,6 +10,8 @@ from typing import Callable, Dict, List, Optional
 import pytest
 from filelock import FileLock
 
+pytest_plugins = ['shared_runs']  # the real runs made once per session for the tests that read them
+
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DEMO_CONFIG = osp.join(ROOT, 'configs', 'demo', 'td-hm_res18_1xb32-30e_demo-64x64.py')
 
@@ -43,59 +45,20 @@ def once(tmp_path_factory, name: str, build: Callable[[str], None]) -> str:
 
 
 def copy_of(folder: str, tmp_path) -> str:
-    """A private copy of a :func:`once` folder, for a test that changes what is in it."""
+    """A private copy of a :func:`once` folder, for a test that changes what is in it. A
+    ``last_checkpoint`` in it (MMEngine writes the absolute path) is re-pointed into the copy,
+    as if the run had been made there."""
     dest = osp.join(str(tmp_path), osp.basename(folder))
     shutil.copytree(folder, dest, symlinks=True)
+    for root, _, files in os.walk(dest):
+        if 'last_checkpoint' in files:
+            path = osp.join(root, 'last_checkpoint')
+            with open(path) as f:
+                named = f.read().strip()
+            if named.startswith(folder.rstrip('/') + '/'):
+                with open(path, 'w') as f:
+                    f.write(dest + named[len(folder.rstrip('/')):])
     return dest
-
-
-class HealthyRun:
-    """What the shared healthy run left: ``returncode``, ``out`` (stdout and stderr), ``work``
-    (its work dir), ``records`` (RankRecordHook's folder), ``beside`` (ReadBesideHook's),
-    ``seen`` (``{(pid, ip)}`` of its listening sockets) and ``hostname`` (True when it ran
-    under a host name that resolves beyond loopback; else ``why_not``)."""
-
-    def __init__(self, folder: str) -> None:
-        import json
-        with open(osp.join(folder, 'run.json')) as f:
-            got = json.load(f)
-        self.returncode, self.out, self.hostname = got['rc'], got['out'], got['hostname']
-        self.why_not, self.seen = got['why_not'], {tuple(s) for s in got['seen']}
-        self.work, self.records = osp.join(folder, 'w'), osp.join(folder, 'rec')
-        self.beside = osp.join(folder, 'beside')
-
-
-@pytest.fixture(scope='session')
-def healthy_run(demo_data, tmp_path_factory) -> HealthyRun:
-    """One healthy 2-process ``dist_train.sh`` run of the demo (1 epoch, 2 iterations), made
-    once for the tests that read it: RankRecordHook, RankMemoryHook(interval=1) and
-    ReadBesideHook (/proc beside each of its readings), ``--resume``
-    on an empty work dir, under a host name that resolves to a non-loopback address where the
-    machine allows it (``listening.other_hostname_prefix``), its listening sockets read at every
-    line it printed."""
-    import json
-
-    from listening import finish_watching_sockets, other_hostname_prefix
-
-    def build(folder: str) -> None:
-        prefix, why_not = other_hostname_prefix(folder)
-        cfg = demo_with_hooks(
-            folder, f"dict(type='RankRecordHook', out_dir={osp.join(folder, 'rec')!r}), "
-            "dict(type='RankMemoryHook', interval=1), "
-            f"dict(type='ReadBesideHook', out_dir={osp.join(folder, 'beside')!r})",
-            ['rank_record_hook', 'read_beside_hook'], 'healthy.py')
-        proc = popen((prefix or []) + [
-            'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
-            osp.join(folder, 'w'), '--resume', *demo_options(demo_data, 1)
-        ])
-        [(rc, out)], seen = finish_watching_sockets([proc])
-        with open(osp.join(folder, 'run.json'), 'w') as f:
-            json.dump(
-                dict(rc=rc, out=out, seen=sorted(seen), hostname=bool(prefix), why_not=why_not), f)
-
-    run_ = HealthyRun(once(tmp_path_factory, 'healthy_run', build))
-    check_ok(run_)
-    return run_
 
 
 # The demo's ResNet-18 and heatmap head at a quarter of their width (1.0 M parameters instead
@@ -217,24 +180,6 @@ def stop_point_by_hand(config: str, work: str, data: str, extra=()) -> List[subp
     ]
 
 
-@pytest.fixture(scope='session')
-def stop_point_reference(demo_data, tmp_path_factory) -> dict:
-    """What a preemption test's run trains when it is never stopped: ``{rank: [(iter, epoch,
-    ids), ...]}``, from one run made once for the session (by hand; the sampler's seed is
-    fixed, so the launcher does not change it) and read by the by-hand, torchrun and Slurm
-    preemption tests."""
-    from tests.helpers.stop_point_hook import hook_source, trained_iterations
-
-    def build(folder: str) -> None:
-        flags = osp.join(folder, 'flags')
-        config = demo_with_hooks(folder, hook_source(flags, 0), ['stop_point_hook'], 'ref.py')
-        results = finish(stop_point_by_hand(config, osp.join(folder, 'w'), demo_data))
-        assert [rc for rc, _ in results] == [0, 0], results[0][1][-3000:]
-
-    return trained_iterations(
-        osp.join(once(tmp_path_factory, 'stop_point_reference', build), 'flags'), 2)
-
-
 def demo_with_hooks(tmp_path, hooks: str, modules=(), name: str = 'demo_hooks.py') -> str:
     """A config file: the demo plus ``custom_hooks`` (Python source of the list's items) and
     the test-helper modules that define them."""
@@ -301,6 +246,9 @@ def recipe_expectation(config: str, world: int) -> dict:
 
 def pytest_collection_modifyitems(config, items) -> None:
     """The real trainings (``slow``) first, the rest after them, each in file order: with
-    ``-n 2 --dist worksteal`` the long runs start early and the short tests fill the gaps at
-    the end, instead of one long run starting last while the other worker is idle."""
+    ``-n 2 --dist load --maxschedchunk 1`` each worker is handed the next test when it is done
+    with one, so the long runs go to both workers from the start and the short tests fill the
+    gaps at the end, instead of one long run starting last while the other worker is idle.
+    (``--dist worksteal`` would give the first half of this order, nearly every real training,
+    to one worker; plain ``--dist load`` hands each worker an eighth of it up front.)"""
     items.sort(key=lambda item: item.get_closest_marker('slow') is None)

@@ -67,18 +67,18 @@ def test_dist_train_sh_two_processes(healthy_run, demo_data):
     assert osp.isfile(osp.join(healthy_run.work, 'epoch_1.pth'))
 
 
-def test_two_jobs_at_once_on_one_machine(demo_data, tmp_path):
-    """Without PORT each job gets its own free port: neither clashes with the other."""
-    procs = [
-        popen([
-            'bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir',
-            str(tmp_path / f'job{i}'), *demo_options(demo_data, 1)
-        ]) for i in range(2)
-    ]
-    for rc, out in finish(procs):
+def test_two_jobs_at_once_on_one_machine(two_jobs):
+    """Without PORT each job gets its own free port: neither clashes with the other (the
+    shared pair of jobs, ``shared_runs.two_jobs``)."""
+    for rc, out, work in two_jobs:
         assert rc == 0, out[-4000:]
-    for i in range(2):
-        assert osp.isfile(tmp_path / f'job{i}' / 'epoch_1.pth')
+        assert osp.isfile(osp.join(work, 'epoch_1.pth'))
+    # each job's rank 0 says where its store listens: two different ports
+    ports = [
+        re.findall(r'RANK 0 of WORLD_SIZE 2 .*; master 127\.0\.0\.1:(\d+);', out)
+        for _, out, _ in two_jobs
+    ]
+    assert len(ports[0]) == len(ports[1]) == 1 and ports[0] != ports[1], ports
 
 
 @pytest.fixture(scope='module')

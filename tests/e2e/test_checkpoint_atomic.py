@@ -6,7 +6,7 @@ import os.path as osp
 import pytest
 import torch
 
-from conftest import DEMO_CONFIG, PYTHON, check_ok, demo_options, demo_with_hooks, run
+from conftest import DEMO_CONFIG, PYTHON, check_ok, copy_of, demo_options, demo_with_hooks, run
 
 pytestmark = pytest.mark.slow
 
@@ -23,10 +23,11 @@ def _complete(path):
     return ckpt['meta']['epoch']
 
 
-def test_failed_save_keeps_the_previous_checkpoint(demo_data, tmp_path):
-    work = str(tmp_path / 'w')
+def test_failed_save_keeps_the_previous_checkpoint(trained_demo, demo_data, tmp_path):
+    """A 2-epoch run (``conftest.trained_demo``, copied); resumed from epoch 1, its save of
+    epoch 2 dies mid-write over the existing ``epoch_2.pth``."""
+    work = copy_of(trained_demo[0], tmp_path)
     train = [PYTHON, 'tools/dist_train.py']
-    check_ok(run([*train, DEMO_CONFIG, '--work-dir', work, *demo_options(demo_data, 2)]))
     before = open(osp.join(work, 'epoch_2.pth'), 'rb').read()
     # Redo epoch 2 from epoch 1 (as after an elastic restart); its save dies mid-write.
     failing = demo_with_hooks(tmp_path, "dict(type='FailSaveHook')", ['fail_save_hook'])
@@ -38,7 +39,7 @@ def test_failed_save_keeps_the_previous_checkpoint(demo_data, tmp_path):
     assert 'injected failure in the middle of a checkpoint save' in proc.stdout
     assert open(osp.join(work, 'epoch_2.pth'), 'rb').read() == before  # untouched
     assert not glob.glob(osp.join(work, '.*.part'))  # no debris
-    assert open(osp.join(work, 'last_checkpoint')).read().strip().endswith('epoch_2.pth')
+    assert _last(work) == osp.join(work, 'epoch_2.pth')
     assert _complete(_last(work)) == 2
     # ... so `--resume` finds a complete checkpoint and the run goes on
     out = check_ok(
@@ -48,17 +49,16 @@ def test_failed_save_keeps_the_previous_checkpoint(demo_data, tmp_path):
     assert ckpt['meta']['epoch'] == 3
 
 
-def test_failed_save_after_a_successful_one_leaves_last_checkpoint_complete(demo_data, tmp_path):
-    """In one run a save succeeds (``last_checkpoint`` rewritten to it), then the next one
-    dies mid-write over a file of an earlier run: ``last_checkpoint`` still names the complete
-    file of the successful save, the earlier file is untouched, and resuming goes on from
-    there."""
-    work = str(tmp_path / 'w')
+def test_failed_save_after_a_successful_one_leaves_last_checkpoint_complete(
+        trained_demo, demo_data, tmp_path):
+    """In one run (resumed from epoch 1 of a copy of ``conftest.trained_demo``) a save
+    succeeds (``last_checkpoint`` rewritten to it), then the next one dies mid-write:
+    ``last_checkpoint`` still names the complete file of the successful save, the failed one
+    leaves no file, and resuming goes on from there. (A failed save over an existing file:
+    the test above.)"""
+    work = copy_of(trained_demo[0], tmp_path)
     train = [PYTHON, 'tools/dist_train.py']
-    check_ok(run([*train, DEMO_CONFIG, '--work-dir', work, *demo_options(demo_data, 3)]))
-    assert _last(work).endswith('epoch_3.pth')
-    before = open(osp.join(work, 'epoch_3.pth'), 'rb').read()
-    # Redo epochs 2 and 3 from epoch 1: epoch 2's save succeeds, epoch 3's dies mid-write.
+    assert _last(work) == osp.join(work, 'epoch_2.pth')  # the copy's own
     failing = demo_with_hooks(tmp_path, "dict(type='FailNthSaveHook', nth=2)",
                               ['fail_nth_save_hook'], 'demo_fail_2nd.py')
     proc = run([
@@ -68,9 +68,10 @@ def test_failed_save_after_a_successful_one_leaves_last_checkpoint_complete(demo
     assert proc.returncode != 0
     assert 'injected failure in the middle of a checkpoint save' in proc.stdout
     assert 'Saving checkpoint at 2 epochs' in proc.stdout  # the first save of the run
-    assert _last(work).endswith('epoch_2.pth')  # rewritten by it, not after
+    assert 'Saving checkpoint at 3 epochs' in proc.stdout  # the second, which failed
+    assert _last(work) == osp.join(work, 'epoch_2.pth')  # rewritten by it, not after
     assert _complete(_last(work)) == 2
-    assert open(osp.join(work, 'epoch_3.pth'), 'rb').read() == before  # untouched
+    assert not osp.exists(osp.join(work, 'epoch_3.pth'))  # the failed save left no file
     assert not glob.glob(osp.join(work, '.*.part'))
     out = check_ok(
         run([*train, DEMO_CONFIG, '--work-dir', work, '--resume', *demo_options(demo_data, 3)]))

@@ -30,10 +30,12 @@ def _config(tmp_path, record_dir, modules=(), hooks=''):
     return path
 
 
-def _options(demo_data, epochs, **extra):
-    # no validation (its batch is not probed) and no final checkpoint: training only
+def _options(demo_data, epochs, slim=False, **extra):
+    # no validation (its batch is not probed) and no final checkpoint: training only; the demo's
+    # own width where the memory a step takes is measured (slim: where an out-of-memory error
+    # is injected or the memory held is the test's own)
     return demo_options(
-        demo_data, epochs, slim=False, **{
+        demo_data, epochs, slim=slim, **{
             'train_cfg.val_begin': str(epochs + 1),
             'default_hooks.checkpoint.save_last': 'False',
             **extra
@@ -169,7 +171,7 @@ def test_training_that_holds_more_than_the_trials_kept_free_is_reported(demo_dat
     the check says that the measurement was wrong there, and names rank 1 only."""
     cfg = _config(tmp_path, str(tmp_path / 'records'), ['hold_memory_hook'],
                   "dict(type='HoldMemoryHook', rank=1, mib=600)")
-    opts = _options(demo_data, 1, **{
+    opts = _options(demo_data, 1, slim=True, **{
         'scaling.max_batch_per_device': 'auto',
         'scaling.memory_budget_mib': '3000'
     })
@@ -212,7 +214,7 @@ def test_a_found_batch_that_runs_out_of_memory_in_training_steps_down(demo_data,
     cfg = _config(tmp_path, records, ['inject_oom'], "dict(type='InjectOOMHook', rank=1, above=8)")
     work = str(tmp_path / 'w')
     opts = _options(
-        demo_data, 1, **{
+        demo_data, 1, slim=True, **{
             'scaling.max_batch_per_device': 'auto',
             'scaling.memory_budget_mib': '100000'
         })
@@ -244,7 +246,7 @@ def test_one_process_guards_the_found_batch_too(demo_data, tmp_path):
     cfg = _config(tmp_path, records, ['inject_oom'], "dict(type='InjectOOMHook', rank=0, above=16)")
     work = str(tmp_path / 'w')
     opts = _options(
-        demo_data, 1, **{
+        demo_data, 1, slim=True, **{
             'scaling.max_batch_per_device': 'auto',
             'scaling.memory_budget_mib': '100000'
         })

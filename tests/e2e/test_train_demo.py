@@ -1,4 +1,5 @@
-"""A real single-process training of the demo config, and resuming from its checkpoint."""
+"""A real single-process training of the demo config (``conftest.trained_demo``), and resuming
+from its checkpoint."""
 import glob
 import json
 import math
@@ -8,7 +9,7 @@ import re
 import pytest
 import torch
 
-from conftest import DEMO_CONFIG, PYTHON, check_ok, copy_of, demo_options, once, run
+from conftest import DEMO_CONFIG, PYTHON, check_ok, copy_of, demo_options, run
 
 pytestmark = pytest.mark.slow
 
@@ -38,27 +39,8 @@ def _iters_per_epoch(demo_data):
     return math.ceil(images / (int(n) * int(m)))
 
 
-@pytest.fixture(scope='module')
-def trained(demo_data, tmp_path_factory):
-    """(work dir, output) of one 2-epoch single-process run, made once for the session; read
-    only (a test that trains on in it takes a ``copy_of`` it)."""
-
-    def build(work_dir: str) -> None:
-        out = check_ok(
-            run([
-                PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir', work_dir,
-                *demo_options(demo_data, max_epochs=2, validate=True)
-            ]))
-        with open(osp.join(work_dir, 'train.log.txt'), 'w') as f:
-            f.write(out)
-
-    work_dir = once(tmp_path_factory, 'train_demo', build)
-    with open(osp.join(work_dir, 'train.log.txt')) as f:
-        return work_dir, f.read()
-
-
-def test_trains_with_finite_loss_and_writes_checkpoints(trained, demo_data):
-    work_dir, out = trained
+def test_trains_with_finite_loss_and_writes_checkpoints(trained_demo, demo_data):
+    work_dir, out = trained_demo
     per_epoch = _iters_per_epoch(demo_data)
     losses = [r['loss'] for r in _scalars(work_dir) if 'loss' in r]
     assert len(losses) == 2 * per_epoch and all(math.isfinite(v) for v in losses)
@@ -70,8 +52,8 @@ def test_trains_with_finite_loss_and_writes_checkpoints(trained, demo_data):
     assert 'coco/AP' in out
 
 
-def test_resume_continues_from_the_checkpoint(trained, demo_data, tmp_path):
-    first_dir, first = trained
+def test_resume_continues_from_the_checkpoint(trained_demo, demo_data, tmp_path):
+    first_dir, first = trained_demo
     work_dir = copy_of(first_dir, tmp_path)  # the run goes on in its own work dir
     per_epoch = _iters_per_epoch(demo_data)
     out = check_ok(
@@ -91,8 +73,8 @@ def test_resume_continues_from_the_checkpoint(trained, demo_data, tmp_path):
     assert iters == list(range(2 * per_epoch + 1, 3 * per_epoch + 1))
 
 
-def test_resume_from_explicit_checkpoint(trained, demo_data, tmp_path):
-    work_dir, _ = trained
+def test_resume_from_explicit_checkpoint(trained_demo, demo_data, tmp_path):
+    work_dir, _ = trained_demo
     out = check_ok(
         run([
             PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir',
