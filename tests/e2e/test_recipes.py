@@ -6,10 +6,11 @@ what the demo data needs: the data root, annotation files and image folders, no 
 checkpoint (``init_cfg``), no person-detection ``bbox_file`` for validation, the epochs, and the
 workers (0, so one process does everything). Pipelines, input sizes, models, losses, codecs,
 optimizers, hooks and batch sizes stay as written. One iteration per family, with
-``tools/dist_train.py``'s entry in one process: the training set is cut to its first two images
-(one for the 512x512 DEKR and CID recipes; ``dataset.indices``), so the recipe's batch holds them and an epoch is one iteration, and the
-validation MMEngine runs after the last epoch is skipped. The families train one after another in
-one process (``tests/helpers/train_recipes.py``), which pays for the imports once.
+``tools/dist_train.py``'s entry: the training set is cut to its first two images (one for the
+512x512 DEKR and CID recipes; ``dataset.indices``), so the recipe's batch holds them and an
+epoch is one iteration, and the validation MMEngine runs after the last epoch is skipped. The
+families train one after another in one process (``tests/helpers/train_recipes.py``), which
+pays for the imports once.
 
 The RTMPose-t case runs that recipe whole under ``tools/dist_train.sh CFG 2`` with
 ``DDPRunner`` on all 64 demo images for 2 epochs: its pipelines (Albumentation,
