@@ -65,8 +65,8 @@ def copy_of(folder: str, tmp_path) -> str:
 # of 15.4 M): the tests train the same recipe, code path and data, and a 2-process run costs
 # about 28% less CPU (the gradients all-reduced, the Adam state, the checkpoints written are
 # 15 times smaller; measured 18 -> 13 CPU-s). Tests whose numbers depend on the model's memory
-# (the memory forecast, the batch finder, the out-of-memory guard) train the demo's own width
-# (``slim=False``).
+# (the memory forecast, the batch finder's measured limits, the real out-of-memory errors)
+# train the demo's own width (``slim=False``).
 SLIM_HEAD_WIDTH = 64
 SLIM_MODEL = {
     'model.backbone.stem_channels': '16',
