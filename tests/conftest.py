@@ -244,11 +244,21 @@ def recipe_expectation(config: str, world: int) -> dict:
                 iter_scale=global_batch / (per_device * world))
 
 
+# the fixtures of tests/shared_runs.py: a test that reads one depends on a real training
+SHARED_RUNS = frozenset(('healthy_run', 'two_jobs', 'trained_demo', 'stop_point_reference'))
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
 def pytest_collection_modifyitems(config, items) -> None:
-    """The real trainings (``slow``) first, the rest after them, each in file order: with
+    """A test that reads a shared run is ``slow`` too (``-m "not slow"`` leaves it out, and it
+    is scheduled with the trainings). The real trainings (``slow``) first, the rest after them,
+    each in file order: with
     ``-n 2 --dist load --maxschedchunk 1`` each worker is handed the next test when it is done
     with one, so the long runs go to both workers from the start and the short tests fill the
     gaps at the end, instead of one long run starting last while the other worker is idle.
     (``--dist worksteal`` would give the first half of this order, nearly every real training,
     to one worker; plain ``--dist load`` hands each worker an eighth of it up front.)"""
+    for item in items:
+        if SHARED_RUNS & set(getattr(item, 'fixturenames', ())):
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.get_closest_marker('slow') is None)
