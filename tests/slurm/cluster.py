@@ -50,12 +50,13 @@ def _free_ports(n: int) -> List[int]:
     return ports
 
 
-def _slurm_conf(folder: str, user: str, ports: List[int]) -> str:
+def _slurm_conf(folder: str, user: str, ports: List[int], first_job_id: int = 1) -> str:
     host = socket.gethostname()
     nodes = '\n'.join(f'NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={p} CPUs=2 '
                       'State=UNKNOWN' for n, p in zip(NODES, ports[1:]))
     return f"""\
 ClusterName=mmddptest
+FirstJobId={first_job_id}
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ports[0]}
 SlurmUser={user}
@@ -161,7 +162,11 @@ class SlurmCluster:
             f.write(os.urandom(1024))
         os.chmod(key, 0o400)
         with open(self.conf, 'w') as f:
-            f.write(_slurm_conf(self.folder, user, _free_ports(1 + len(NODES))))
+            # each pytest-xdist worker starts a cluster of its own: their job IDs, and so the
+            # MASTER_PORT derived from them (20000 + id % 10000), differ as one cluster's do
+            worker = os.environ.get('PYTEST_XDIST_WORKER', 'gw0')[2:]
+            first = 1 + 1000 * int(worker) if worker.isdigit() else 1
+            f.write(_slurm_conf(self.folder, user, _free_ports(1 + len(NODES)), first))
         m = osp.join(self.folder, 'munge')
         self._spawn('munged', [
             _which('munged'), '-F', f'--key-file={key}', f'--socket={m}/socket',
