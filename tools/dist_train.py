@@ -5,6 +5,7 @@ start it (one process, ``dist_train.sh``/torchrun, two nodes, by hand, Slurm) an
 prints, docs/scaling.md ``--explain``, docs/memory.md ``--explain --memory``. The entry itself
 is :mod:`mmddp_ext.entry.train`; this script only pins the GPU before the heavy imports.
 """
+import gc
 import os
 import sys
 import warnings
@@ -26,6 +27,9 @@ def _pin_device_early() -> None:
 
 
 if __name__ == '__main__':
+    # no garbage collection while start-up imports half a million long-lived objects: the
+    # entry collects once and turns it on when the runner is built (mmddp_ext.utils.start_up)
+    gc.disable()
     _pin_device_early()
     from mmddp_ext.entry.train import main
     sys.exit(main())

@@ -8,6 +8,7 @@ the agent does not import the package (and with it MMEngine): its two sibling mo
 loaded from their files; imported as ``mmddp_ext.dist.run_front`` (tests), normally.
 """
 import errno
+import gc
 import importlib.util
 import json
 import math
@@ -29,10 +30,13 @@ def _sibling(name: str, relative: str):
 
 if __package__:
     from ..utils.io import atomic_write_text
+    from ..utils.start_up import settle_start_up
     from . import rendezvous
 else:  # a script: dist_train.sh
     atomic_write_text = _sibling('_mmddp_ext_io', os.path.join('..', 'utils',
                                                                'io.py')).atomic_write_text
+    settle_start_up = _sibling('_mmddp_ext_start_up', os.path.join('..', 'utils',
+                                                                   'start_up.py')).settle_start_up
     rendezvous = _sibling('_mmddp_ext_rendezvous', 'rendezvous.py')
 
 log = rendezvous.log
@@ -154,9 +158,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as e:
         log(f'error: {e}')
         return NOTHING_STARTED
+    gc.disable()  # while torch is imported, as in tools/dist_train.py (utils/start_up.py)
     import torch.distributed as dist
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run  # not main: its @record adds a log line
+    settle_start_up()
     nnodes, node_rank = int(opts['nnodes']), int(opts['node_rank'])
     started = threading.Event()  # set when torchrun returns, or its workers run
     if nnodes > 1:

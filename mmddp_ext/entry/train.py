@@ -6,7 +6,6 @@ and :func:`mmddp_ext.launch` runs the same :func:`main` in its workers; the flag
 """
 import argparse
 import faulthandler
-import gc
 import os
 import sys
 from typing import List, Optional
@@ -25,6 +24,7 @@ from ..hooks.preemption_hook import STOPPED_EXIT_CODE, TrainingStopped
 from ..scaling.apply import CheckedScaling, check_scaling
 from ..utils.checks import did_you_mean
 from ..utils.config import load_config
+from ..utils.start_up import settle_start_up
 from .cli import build_parser, default_work_dir, parse_args  # noqa: F401  (the entry's API)
 
 
@@ -174,6 +174,7 @@ def _train(args: argparse.Namespace, env: DistEnv) -> int:
             cfg.model_wrapper_cfg = model_wrapper_for(cfg, True, local_rank=env.local_rank)
         notes += ensure_process_group(env.launcher, cfg.get('env_cfg', {}).get('dist_cfg'), env)
         runner = build_runner(cfg, checked)
+        settle_start_up()  # the collector on again, the start-up's objects out of its view
         for note in notes:
             print_log(f'[mmddp_ext] {note}', logger='current')
         runner.train()
@@ -183,13 +184,11 @@ def _train(args: argparse.Namespace, env: DistEnv) -> int:
         faulthandler.cancel_dump_traceback_later()  # this rank failed; it is not stuck
         record_failure(work_dir, env.rank, e, lambda: failure_context(runner, env, cfg))
         raise
-    # Clean exit: barrier -> destroy the process group -> drop the DDP model -> collect, so
-    # gloo does not abort at interpreter exit ("terminate called without an active exception").
+    # Clean exit: barrier -> destroy the process group; the runner and its DDP model stay
+    # frozen (settle_start_up), so they are not destroyed while the interpreter shuts down,
+    # where gloo used to abort ("terminate called without an active exception")
     shutdown()
-    code = STOPPED_EXIT_CODE if stopped(runner) else 0
-    runner = None  # drop the DDP model before the interpreter exits
-    gc.collect()
-    return code
+    return STOPPED_EXIT_CODE if stopped(runner) else 0
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -205,6 +204,7 @@ def _explain(args: argparse.Namespace) -> int:
     cfg = build_config(args)
     checked = check_config(cfg, world, world > 1)
     info = explain(cfg, world, env, checked)
+    settle_start_up()  # before the forecast measures a step: the collector on, as in training
     if args.memory or args.device_memory is not None:
         info['memory_forecast'] = forecast_memory(cfg, world, info['per_device_batch_size'],
                                                   env.nnodes, args.device_memory, checked)

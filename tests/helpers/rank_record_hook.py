@@ -1,5 +1,6 @@
 """A test-only hook: every rank writes what it saw (its env, the samples it trained on, its
 batch sizes) and what it ended with (a checksum and a digest of its parameters)."""
+import gc
 import hashlib
 import json
 import os
@@ -37,7 +38,8 @@ class RankRecordHook(Hook):
     trained sample, in order), ``img_ids`` (``metainfo['img_id']``, where present),
     ``batch_sizes`` (one per iteration), ``param_checksum`` / ``param_digest`` after training,
     ``param_checksum_before`` / ``param_digest_before`` before the first iteration, the
-    launcher's ``env`` and the ``pid``.
+    launcher's ``env``, the ``pid``, and ``gc``: whether the garbage collector was on when
+    training began and whether the runner (built at start-up) was out of its view (frozen).
 
     Args:
         out_dir: where the records go.
@@ -49,10 +51,13 @@ class RankRecordHook(Hook):
         self.img_ids = []
         self.batch_sizes = []
         self.before = None
+        self.gc = None
 
     def before_train(self, runner) -> None:
         params = _params(runner)
         self.before = (param_checksum(params), param_digest(params))
+        self.gc = dict(enabled=gc.isenabled(),
+                       runner_frozen=not any(o is runner for o in gc.get_objects()))
 
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
         self.batch_sizes.append(len(data_batch['data_samples']))
@@ -73,6 +78,6 @@ class RankRecordHook(Hook):
                       param_digest=param_digest(params), param_checksum_before=before[0],
                       param_digest_before=before[1], env={k: os.environ.get(k)
                                                           for k in keys}, pid=os.getpid(),
-                      threads=torch.get_num_threads())
+                      threads=torch.get_num_threads(), gc=self.gc)
         with open(osp.join(self.out_dir, f'rank{rank}.json'), 'w') as f:
             json.dump(record, f)

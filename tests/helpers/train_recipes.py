@@ -18,6 +18,7 @@ import traceback
 
 def train_each(out_dir: str, pairs) -> None:
     from mmddp_ext.entry.train import main as train
+    from mmddp_ext.utils.start_up import collect_all
     for pair in pairs:
         name, config = pair.split('=', 1)
         work = osp.join(out_dir, name, 'work')
@@ -31,6 +32,7 @@ def train_each(out_dir: str, pairs) -> None:
         with open(osp.join(out_dir, name, 'result.json'), 'w') as f:
             json.dump(dict(rc=rc, error=error, log=log), f)
         print(f'{name}: exit {rc}', flush=True)
+        collect_all()  # the entry froze this family's runner: free it before the next
 
 
 if __name__ == '__main__':
