@@ -257,8 +257,16 @@ def pytest_collection_modifyitems(config, items) -> None:
     with one, so the long runs go to both workers from the start and the short tests fill the
     gaps at the end, instead of one long run starting last while the other worker is idle.
     (``--dist worksteal`` would give the first half of this order, nearly every real training,
-    to one worker; plain ``--dist load`` hands each worker an eighth of it up front.)"""
+    to one worker; plain ``--dist load`` hands each worker an eighth of it up front.) The tests
+    marked ``waits`` go one after each of the first trainings."""
     for item in items:
         if SHARED_RUNS & set(getattr(item, 'fixturenames', ())):
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: item.get_closest_marker('slow') is None)
+    waits = [item for item in items if item.get_closest_marker('waits')]
+    slow = [item for item in items if item.get_closest_marker('slow') and item not in waits]
+    rest = [item for item in items if item not in waits and item not in slow]
+    # one test that waits after each of the first trainings: its worker leaves a core idle,
+    # which the other worker's two ranks then use (at the end, beside in-process tests, it
+    # would stay idle)
+    first = [item for pair in zip(slow, waits) for item in pair]
+    items[:] = first + slow[len(waits):] + waits[len(slow):] + rest

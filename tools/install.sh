@@ -106,10 +106,24 @@ torch_step() {
   fi
 }
 
-build_tools_step() { "${PIP[@]}" install -r "$ROOT/requirements/build.txt"; }
+satisfied() {  # satisfied REQUIREMENT_FILE...: every line installed at an allowed version
+  "$PYTHON" "$ROOT/tools/install/satisfied.py" "$@"
+}
+
+pip_requirements() {  # pip_requirements FILE...: pip install -r each, unless already satisfied
+  if satisfied "$@"; then
+    say "already satisfied: $(cd "$ROOT" && echo "${@#"$ROOT/"}")"
+    return
+  fi
+  local args=() f
+  for f in "$@"; do args+=(-r "$f"); done
+  "${PIP[@]}" install "${args[@]}"
+}
+
+build_tools_step() { pip_requirements "$ROOT/requirements/build.txt"; }
 
 stack_deps_step() {
-  "${PIP[@]}" install -r "$ROOT/requirements/stack.txt" -r "$ROOT/requirements/runtime.txt"
+  pip_requirements "$ROOT/requirements/stack.txt" "$ROOT/requirements/runtime.txt"
   if ! py 'import cv2' 2>/dev/null && command -v apt-get >/dev/null; then
     if ! is_root; then
       echo "[install] OpenCV cannot load its system libraries. Run:  sudo apt-get install" \
@@ -122,7 +136,10 @@ stack_deps_step() {
   py 'import cv2'
 }
 
-mmengine_step() { "${PIP[@]}" install mmengine==0.10.7; }
+mmengine_step() {
+  if [ "$(dist_version mmengine)" = 0.10.7 ]; then say "mmengine 0.10.7 already installed"; return; fi
+  "${PIP[@]}" install mmengine==0.10.7
+}
 
 mmcv_ok() {
   py 'import mmcv, mmcv._ext; assert mmcv.__version__ == "2.1.0", mmcv.__version__' 2>/dev/null
@@ -221,7 +238,7 @@ print("torch", torch.__version__, "torchvision", torchvision.__version__, "mmcv"
       "mmpose", mmpose.__version__, "mmdet", mmdet.__version__, "mmddp_ext", mmddp_ext.__version__)' >&3
 }
 
-tests_step() { "${PIP[@]}" install -r "$ROOT/requirements/tests.txt"; }
+tests_step() { pip_requirements "$ROOT/requirements/tests.txt"; }
 
 slurm_step() {  # tests/slurm start a local Slurm cluster; without one they are skipped
   if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null; then

@@ -11,7 +11,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=tools/py
 PATHS=(mmddp_ext tools tests bench configs setup.py)
 case "${1:-}" in
-  --fix) "$PY" -m isort "${PATHS[@]}" && "$PY" -m yapf -r -i "${PATHS[@]}" ;;
+  --fix) "$PY" -m isort "${PATHS[@]}" && "$PY" -m yapf -r -i -p "${PATHS[@]}" ;;
   '') ;;
   *) echo "lint.sh: unknown argument '$1' (expected --fix or nothing)" >&2; exit 2 ;;
 esac
@@ -19,7 +19,7 @@ esac
 # name) is not ours to lint
 "$PY" -m flake8 "${PATHS[@]}"
 "$PY" -m isort --check-only --diff "${PATHS[@]}"
-if ! "$PY" -m yapf -r -d "${PATHS[@]}"; then
+if ! "$PY" -m yapf -r -d -p "${PATHS[@]}"; then  # -p: one process per core
   echo "lint.sh: the code above is not formatted as setup.cfg's [yapf] asks:" \
        "run 'bash tools/lint.sh --fix'" >&2
   exit 1

@@ -96,6 +96,7 @@ def _waited(out: str, pattern: str):
     return [int(m[1]) for m in re.finditer(pattern, out)]
 
 
+@pytest.mark.waits
 def test_unreachable_master_is_named_within_the_bound(tmp_path):
     port = find_free_port()  # nothing listens there, on 127.0.0.2 either
     start = time.monotonic()
@@ -117,6 +118,7 @@ def test_unreachable_master_is_named_within_the_bound(tmp_path):
     assert 'Traceback' not in proc.stdout and proc.stdout.strip().splitlines()[-1] == line
 
 
+@pytest.mark.waits
 def test_node_0_alone_says_the_other_nodes_did_not_join(tmp_path):
     port = find_free_port()
     proc = run(SCRIPT +
@@ -140,6 +142,7 @@ def test_node_0_alone_says_the_other_nodes_did_not_join(tmp_path):
      'only 1 of WORLD_SIZE=2 processes joined at MASTER_ADDR=127.0.0.1 MASTER_PORT={port} within'
      ' {timeout} s'),
 ], ids=['rank 1 without rank 0', 'rank 0 without rank 1'])
+@pytest.mark.waits
 def test_hand_set_ranks_say_what_they_wait_for(tmp_path, rank, pattern, error):
     port = find_free_port()
     [(rc, out)] = finish([

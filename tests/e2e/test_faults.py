@@ -24,6 +24,7 @@ def _train(tmp_path, demo_data, hooks: str, *extra_options: str, name: str):
 
 
 @pytest.mark.slow
+@pytest.mark.waits
 def test_a_stuck_rank_is_named_not_the_rank_that_waits(demo_data, tmp_path):
     proc, screen, _ = _train(
         tmp_path, demo_data, "dict(type='HangWatchdogHook', min_timeout=8, slow_timeout=120), "
@@ -40,6 +41,7 @@ def test_a_stuck_rank_is_named_not_the_rank_that_waits(demo_data, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.waits
 def test_a_short_collective_timeout_still_names_the_stuck_rank(demo_data, tmp_path):
     """The field's case: rank 0's collective times out first and raises; rank 1, stopped by
     torchrun, is the one named, from the stack it dumped."""

@@ -86,6 +86,7 @@ def _seconds(faulthandler_timeout: str) -> float:
     return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
 
 
+@pytest.mark.waits
 def test_a_real_hang_is_ended_with_every_stack(tmp_path):
     """The watchdog ends the run while its main thread sleeps in ``stuck_here``, after the
     bound it wrote for that iteration (the automatic one, from the iteration it timed), not
