@@ -75,6 +75,6 @@ if [ "$rc" != 0 ] && [ "$rc" != 2 ] && [ "$rc" != 75 ]; then  # 2, 75: the front
   REPORT_ARGS=()
   [ -s "$MMDDP_LAUNCH_REPORT" ] && REPORT_ARGS=(--launch-report "$MMDDP_LAUNCH_REPORT")
   PYTHONPATH="$HERE/..${PYTHONPATH:+:$PYTHONPATH}" \
-    "$PYTHON" -m mmddp_ext.diagnose ${REPORT_ARGS[@]+"${REPORT_ARGS[@]}"} --train-args "$CONFIG" "$@" || true
+    "$PYTHON" "$HERE/diagnose.py" ${REPORT_ARGS[@]+"${REPORT_ARGS[@]}"} --train-args "$CONFIG" "$@" || true
 fi
 exit "$rc"
