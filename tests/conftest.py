@@ -267,6 +267,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     rest = [item for item in items if item not in waits and item not in slow]
     # one test that waits after each of the first trainings: its worker leaves a core idle,
     # which the other worker's two ranks then use (at the end, beside in-process tests, it
-    # would stay idle)
+    # would stay idle). xdist keeps a second test queued per worker, so which worker draws a
+    # waiting test depends on timing: the pairing holds only roughly
     first = [item for pair in zip(slow, waits) for item in pair]
     items[:] = first + slow[len(waits):] + waits[len(slow):] + rest
