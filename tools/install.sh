@@ -112,7 +112,7 @@ satisfied() {  # satisfied REQUIREMENT_FILE...: every line installed at an allow
 
 pip_requirements() {  # pip_requirements FILE...: pip install -r each, unless already satisfied
   if satisfied "$@"; then
-    say "already satisfied: $(cd "$ROOT" && echo "${@#"$ROOT/"}")"
+    say "already satisfied: ${*#"$ROOT/"}"
     return
   fi
   local args=() f

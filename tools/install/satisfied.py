@@ -25,9 +25,9 @@ def unsatisfied(lines):
             req = Requirement(text)
         except InvalidRequirement:
             return text
-        if req.url or (req.marker is not None and not req.marker.evaluate()):
-            if req.url:
-                return text
+        if req.url:
+            return text
+        if req.marker is not None and not req.marker.evaluate():
             continue  # not for this Python or platform
         try:
             version = metadata.version(req.name)
