@@ -150,8 +150,16 @@ mmcv_step() {
   local force_cuda=${FORCE_CUDA:-}
   if [ -z "$force_cuda" ]; then
     force_cuda=0
-    if command -v nvcc >/dev/null && py 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-      force_cuda=1
+    if py 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+      if command -v nvcc >/dev/null; then
+        force_cuda=1
+      else
+        say "a GPU is visible but nvcc is not on PATH: mmcv's ops are built for the CPU only," \
+          "so MMDetection's ops on CUDA tensors (sigmoid_focal_loss, nms, roi_align) fail in the" \
+          "first iteration (MMPose's top-down recipes need none). For GPU ops: put the CUDA" \
+          "toolkit $(py 'import torch; print(torch.version.cuda)') on PATH (nvcc)," \
+          "pip uninstall -y mmcv, and run this again"
+      fi
     fi
   fi
   local key dir wheel

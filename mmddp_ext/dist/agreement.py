@@ -12,7 +12,8 @@ Config keys excluded from the digest (:data:`PER_NODE_KEYS`) are paths that may 
 differ from node to node (each node's own copy of the data, its own scratch work folder, its
 own copy of a checkpoint): what such a path holds is checked through the dataset length and
 the model's parameters, not through its spelling. ``launcher`` is excluded too (Slurm and
-torchrun ranks of one job may say it differently). See docs/launching.md.
+torchrun ranks of one job may say it differently), and so are the keys that name a rank's
+own device (:data:`PER_RANK_KEYS`), which differ by design. See docs/launching.md.
 """
 import hashlib
 import json
@@ -25,6 +26,10 @@ from ..utils.ranks import group_ranks, ranks_text
 
 PER_NODE_KEYS = frozenset(
     {'work_dir', 'data_root', 'ann_file', 'data_prefix', 'load_from', 'launcher'})
+# a rank's own device, wherever a config names it (DDP's device_ids and output_device,
+# MMDetection 2's gpu_ids, a local_rank copied into a config): never the same on two ranks
+PER_RANK_KEYS = frozenset({'device_ids', 'output_device', 'gpu_ids', 'local_rank'})
+NOT_COMPARED_KEYS = PER_NODE_KEYS | PER_RANK_KEYS
 PACKAGES = ('torch', 'mmengine', 'mmcv', 'mmpose', 'mmdet', 'mmddp_ext')
 FIXES = {
     'dataset length': 'every rank must read the same annotation file: compare data_root and '
@@ -85,7 +90,7 @@ def digest(obj: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def canonical(value: Any, exclude: frozenset = PER_NODE_KEYS) -> Any:
+def canonical(value: Any, exclude: frozenset = NOT_COMPARED_KEYS) -> Any:
     """``value`` as plain JSON-able data that is the same in every process for the same config:
     dict keys in ``exclude`` dropped at any depth, classes and functions by their qualified
     name, other objects by their ``repr`` without memory addresses."""

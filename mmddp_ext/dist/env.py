@@ -161,6 +161,14 @@ def _local_rank(env: Mapping[str, str], rank: int, world: int,
     lws = _int(env, 'LOCAL_WORLD_SIZE', 'set it to the number of processes on this node')
     if lws is not None and lws < 1:
         raise DistEnvError(f'LOCAL_WORLD_SIZE={lws} must be at least 1')
+    if lws is not None and 0 < num_gpus < lws:  # every rank of the node says it, rank 0 too
+        visible = env.get('CUDA_VISIBLE_DEVICES')
+        raise DistEnvError(
+            f'{lws} processes on this node (LOCAL_WORLD_SIZE={lws}) but {num_gpus} GPU(s) '
+            f'visible (CUDA_VISIBLE_DEVICES={visible!r}): each process needs a GPU of its own. '
+            f'Start at most {num_gpus} per node (bash tools/dist_train.sh CONFIG {num_gpus}), '
+            f'make more GPUs visible, or run the {lws} processes on the CPU: '
+            f'CUDA_VISIBLE_DEVICES= bash tools/dist_train.sh CONFIG {lws}')
     if local is not None:
         source = 'LOCAL_RANK'
     elif lws is not None:

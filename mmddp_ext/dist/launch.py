@@ -181,7 +181,9 @@ def init_distributed(env: DistEnv, backend: Optional[str] = None,
         note = pin_loopback_interfaces(os.environ)
         if note and env.rank == 0:
             _log(note)
-    backend, warning = choose_backend(backend, gpus().tensors_on_gpu())
+    backend, warning = choose_backend(backend, gpus().available())
+    if backend == 'nccl' and not gpus().tensors_on_gpu():  # the fake GPU host
+        backend, warning = 'gloo', gpus().replaced('process-group backend', 'nccl', 'gloo')
     kwargs = dict(backend=backend, rank=env.rank, world_size=env.world_size)
     if timeout is not None:
         kwargs['timeout'] = timedelta(seconds=timeout)

@@ -2,7 +2,7 @@
 import functools
 import inspect
 import logging
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from ..errors import ScalingError
 from ..gpu import gpus
@@ -21,11 +21,12 @@ def buffer_sync_key() -> str:
     return 'forward_sync_buffers' if 'forward_sync_buffers' in params else 'broadcast_buffers'
 
 
-def ddp_wrapper_cfg(cfg: Any, cuda: bool, local_rank: int, on_oom: str = 'raise') -> dict:
-    """``model_wrapper_cfg`` for a distributed run.
+def ddp_wrapper_cfg(cfg: Any, cuda: bool, on_oom: str = 'raise') -> dict:
+    """``model_wrapper_cfg`` for a distributed run: the same on every rank of a job.
 
     ``gradient_as_bucket_view=True`` (gradients live in DDP's buckets instead of a second
-    copy), ``device_ids=None`` on CPU (MMEngine's ``[LOCAL_RANK]`` is rejected there), and
+    copy), ``device_ids=None`` where tensors stay on the CPU (``cuda`` False: CPU ranks and
+    the fake GPU host; MMEngine's ``[LOCAL_RANK]`` is rejected there), and
     MMEngine's own ``find_unused_parameters`` and no buffer sync at every forward (MMEngine's
     ``broadcast_buffers=False``). On torch >= 2.13 that is spelled ``forward_sync_buffers=False``
     (:func:`buffer_sync_key`), which also broadcasts the buffers from rank 0 once, when the
@@ -35,6 +36,10 @@ def ddp_wrapper_cfg(cfg: Any, cuda: bool, local_rank: int, on_oom: str = 'raise'
     DeepSpeed, ...) are left alone. With ``on_oom='microbatch'`` the type becomes
     :class:`~mmddp_ext.dist.microbatch.MicrobatchDDP` (whose own ``broadcast_buffers`` is
     not deprecated).
+
+    On a GPU the device is not written here: it differs per rank, and what is written here is
+    compared across ranks before the first iteration. It is given at wrap time
+    (:func:`rank_device_ids`), as MMEngine gives ``[LOCAL_RANK]`` in its ``default_args``.
     """
     own = dict(cfg.get('model_wrapper_cfg') or {})
     if own.get('type', 'MMDistributedDataParallel') not in DDP_TYPES:
@@ -44,8 +49,10 @@ def ddp_wrapper_cfg(cfg: Any, cuda: bool, local_rank: int, on_oom: str = 'raise'
                                f"model_wrapper_cfg.type or set scaling.on_oom='raise'")
         return own
     wrapper = dict(type='MMDistributedDataParallel',
-                   find_unused_parameters=cfg.get('find_unused_parameters', False),
-                   gradient_as_bucket_view=True, device_ids=[local_rank] if cuda else None)
+                   find_unused_parameters=cfg.get('find_unused_parameters',
+                                                  False), gradient_as_bucket_view=True)
+    if not cuda:
+        wrapper['device_ids'] = None
     wrapper.update(own)
     if on_oom == 'microbatch':
         wrapper['type'] = 'MicrobatchDDP'
@@ -56,13 +63,11 @@ def ddp_wrapper_cfg(cfg: Any, cuda: bool, local_rank: int, on_oom: str = 'raise'
 
 
 def model_wrapper_for(cfg: Any, distributed: bool, on_oom: str = 'raise',
-                      guard_by_default: bool = False, local_rank: int = 0) -> Optional[dict]:
+                      guard_by_default: bool = False) -> Optional[dict]:
     """The ``model_wrapper_cfg`` a run builds; the one place it is decided, for every runner.
 
-    Distributed: the lean DDP wrapper (:func:`ddp_wrapper_cfg`) on this rank's device:
-    ``local_rank`` as :func:`~mmddp_ext.dist.env.read_dist_env` derives it (hand-set variables
-    and Slurm may have no ``LOCAL_RANK`` before the process group starts, so it is not read
-    here).
+    Distributed: the lean DDP wrapper (:func:`ddp_wrapper_cfg`), the same on every rank; the
+    rank's device is given when the model is wrapped (:func:`rank_device_ids`).
     Steps guarded against running out of memory (``on_oom='microbatch'``, the default with
     ``max_batch_per_device='auto'``): :class:`~mmddp_ext.dist.microbatch.MicrobatchDDP`, in a
     single process too. A guard that only the default asked for (``guard_by_default``) gives
@@ -80,7 +85,7 @@ def model_wrapper_for(cfg: Any, distributed: bool, on_oom: str = 'raise',
             level=logging.WARNING)
         on_oom = 'raise'
     if distributed:
-        return ddp_wrapper_cfg(cfg, gpus().tensors_on_gpu(), local_rank, on_oom)
+        return ddp_wrapper_cfg(cfg, gpus().tensors_on_gpu(), on_oom)
     return dict(type='MicrobatchDDP') if on_oom == 'microbatch' else None
 
 
@@ -112,6 +117,58 @@ def batchnorm_for_cpu(model: Any) -> Any:
         '(SyncBN needs CUDA; statistics are per process, as in a single process); on GPUs '
         'SyncBN stays', logger='current')
     return revert_sync_batchnorm(model)
+
+
+def with_rank_device(wrapper: Optional[dict]) -> Tuple[Optional[dict], Optional[str]]:
+    """A copy of ``wrapper`` (a run's ``model_wrapper_cfg``) with this rank's ``device_ids``,
+    for the model's wrapping only (the config keeps none: it is compared across ranks).
+
+    A torch DDP type whose ``device_ids`` the config does not set gets ``[current GPU]`` on a
+    GPU rank (its pinned device: ``cuda:1`` on local rank 1). The fake GPU host makes the same
+    decision and gives torch ``None`` (its tensors stay on the CPU), said in the returned line;
+    CPU ranks keep ``None``. Other wrappers (``MicrobatchDDP``, FSDP) take no device ids.
+
+    Returns:
+        (the wrapper to build, a line for the log or None).
+    """
+    if wrapper is None or wrapper.get('device_ids') is not None or not gpus().available():
+        return wrapper, None
+    from mmengine.registry import MODEL_WRAPPERS
+    from torch.nn.parallel import DistributedDataParallel
+    kind = MODEL_WRAPPERS.get(wrapper.get('type', 'MMDistributedDataParallel'))
+    if not (isinstance(kind, type) and issubclass(kind, DistributedDataParallel)):
+        return wrapper, None
+    decided = [gpus().current()]
+    if gpus().tensors_on_gpu():
+        return dict(wrapper, device_ids=decided), None
+    return dict(wrapper, device_ids=None), gpus().replaced('DDP device_ids', decided, None)
+
+
+def sync_bn_for_rank(model: Any, sync_bn: Optional[str]) -> Tuple[Any, Optional[str]]:
+    """The model's SyncBN as this distributed rank trains it, and a line for the log.
+
+    A GPU rank keeps its SyncBN layers, and MMEngine converts BatchNorm by ``sync_bn``: the
+    model is returned as is. The fake GPU host decides the same (``sync_bn`` applied with
+    MMEngine's ``convert_sync_batchnorm``, every SyncBN layer kept and counted), then gives its
+    CPU tensors plain BatchNorm, since SyncBN needs CUDA. A CPU rank gets
+    :func:`batchnorm_for_cpu`. Where the model is not returned as is, the caller must keep
+    MMEngine from converting again (``cfg.sync_bn = None``).
+    """
+    if gpus().tensors_on_gpu():
+        return model, None
+    if not gpus().available():
+        model = batchnorm_for_cpu(model)
+        return model, None if sync_bn is None else (
+            f'training on CPUs: sync_bn={sync_bn!r} ignored (SyncBN needs CUDA)')
+    if sync_bn is not None:
+        from mmengine.model import convert_sync_batchnorm
+        model = convert_sync_batchnorm(model, sync_bn)
+    count = sync_bn_layers(model)
+    if not count:
+        return model, None
+    from mmengine.model import revert_sync_batchnorm
+    return revert_sync_batchnorm(model), gpus().replaced('SyncBN', f'{count} layer(s) kept',
+                                                         'BatchNorm')
 
 
 def ddp_param_names(model: Any) -> list:

@@ -6,11 +6,13 @@ import json
 from typing import Any, Dict, Optional
 
 from ..dist.env import DistEnv
+from ..gpu import gpus
 from ..memory.forecast import render_forecast
 from ..runner.ddp_runner import applies_plan
 from ..scaling.apply import CheckedScaling, apply_plan, plan_for_config
 from ..scaling.plan import ScalingPlan
 from ..scaling.report import plan_table
+from ..utils.mmcv_ops import missing_gpu_ops
 
 JSON_KEYS = ('world_size', 'per_device_batch_size', 'accumulative_counts', 'global_batch_size',
              'base_batch_size', 'lr_rule', 'lr_scale', 'lrs', 'train_loop', 'max_epochs',
@@ -42,6 +44,9 @@ def explain(cfg: Any, world_size: int, env: DistEnv,
             "per-device batch and does not apply this plan; set runner_type='DDPRunner' (or "
             "inherit mmddp_ext::_base_/ddp_runtime.py) to use it"
         ]
+    ops = missing_gpu_ops(cfg, gpus().available())
+    if ops is not None:
+        out['warnings'] = list(out['warnings']) + [ops]
     out['changes'] = changes
     out['describe'] = plan.describe()
     out['launch'] = dict(launcher=env.launcher, rank=env.rank, local_rank=env.local_rank,

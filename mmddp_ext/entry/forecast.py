@@ -59,7 +59,7 @@ def _ddp_causes(cfg: Any, cuda: bool, grad_mib: float,
                 scaling: Optional[ScalingConfig] = None) -> List[Cause]:
     """What the DDP wrapper the run would build adds per rank."""
     policy = (scaling or scaling_of(cfg)).oom_policy
-    wrapper = ddp_wrapper_cfg(cfg, cuda, 0, policy)
+    wrapper = ddp_wrapper_cfg(cfg, cuda, policy)
     kind = wrapper.get('type', 'MMDistributedDataParallel')
     bucket_mib = min(float(wrapper.get('bucket_cap_mb', 25)), grad_mib)
     if kind == 'MicrobatchDDP':

@@ -6,6 +6,7 @@ and :func:`mmddp_ext.launch` runs the same :func:`main` in its workers; the flag
 """
 import argparse
 import faulthandler
+import logging
 import os
 import sys
 from typing import List, Optional
@@ -24,6 +25,7 @@ from ..hooks.preemption_hook import STOPPED_EXIT_CODE, TrainingStopped
 from ..scaling.apply import CheckedScaling, check_scaling
 from ..utils.checks import did_you_mean
 from ..utils.config import load_config
+from ..utils.mmcv_ops import missing_gpu_ops
 from ..utils.start_up import settle_start_up
 from .cli import build_parser, default_work_dir, parse_args  # noqa: F401  (the entry's API)
 
@@ -140,6 +142,11 @@ def _visible_gpus() -> int:
     return gpus().count()
 
 
+def _tensors_on_gpu() -> bool:
+    from ..gpu import gpus
+    return gpus().tensors_on_gpu()
+
+
 def stopped(runner) -> Optional[dict]:
     """What the runner's :class:`~mmddp_ext.hooks.PreemptionHook` did when a signal stopped
     the run (signal, iteration, checkpoint, requeued), else None."""
@@ -171,12 +178,15 @@ def _train(args: argparse.Namespace, env: DistEnv) -> int:
         from ..runner.ddp_runner import applies_plan
         if env.distributed and not applies_plan(cfg.get('runner_type')):
             # a stock runner: the lean DDP wrapper (DDPRunner decides its own in from_cfg)
-            cfg.model_wrapper_cfg = model_wrapper_for(cfg, True, local_rank=env.local_rank)
+            cfg.model_wrapper_cfg = model_wrapper_for(cfg, True)
         notes += ensure_process_group(env.launcher, cfg.get('env_cfg', {}).get('dist_cfg'), env)
+        ops = missing_gpu_ops(cfg, _tensors_on_gpu())  # said before the first iteration
         runner = build_runner(cfg, checked)
         settle_start_up()  # the collector on again, the start-up's objects out of its view
         for note in notes:
             print_log(f'[mmddp_ext] {note}', logger='current')
+        if ops is not None:
+            print_log(f'[mmddp_ext] {ops}', logger='current', level=logging.WARNING)
         runner.train()
     except TrainingStopped:  # saved; the loop could not stop mid-epoch by itself
         pass

@@ -27,7 +27,14 @@ class Gpus(Protocol):
 
     def tensors_on_gpu(self) -> bool:
         """Whether tensors placed on this process's GPU live in GPU memory (False for the
-        fake, whose ranks compute on the CPU and talk over gloo)."""
+        fake, whose ranks compute on the CPU and talk over gloo). Decisions are made from
+        :meth:`available`; this only says where a GPU-only choice must be replaced
+        (:meth:`replaced`)."""
+
+    def replaced(self, what: str, decided: object, used: object) -> str:
+        """Note that ``used`` replaces a GPU rank's ``decided`` for ``what``, and return the
+        line for the log. Asked only where a rank has a GPU but its tensors stay on the CPU
+        (the fake GPU host: its ranks decide as GPU ranks do, docs/memory.md)."""
 
     def count(self) -> int:
         """GPUs visible to this process (0 without one)."""

@@ -19,6 +19,10 @@ class CudaGpus:
     def tensors_on_gpu(self) -> bool:
         return torch.cuda.is_available()
 
+    def replaced(self, what: str, decided: object, used: object) -> str:
+        raise RuntimeError(f'a real GPU rank carries out its decisions: {what} {decided} was '
+                           f'not to be replaced by {used}')
+
     def count(self) -> int:
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
 

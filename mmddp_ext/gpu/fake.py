@@ -72,6 +72,11 @@ class FakeGpus:
       its pool) and the host's foreign processes; ``CUDA_VISIBLE_DEVICES`` remaps torch's
       indices to physical ones.
 
+    * a GPU rank's decisions: :meth:`available` is True, so every branch on "this rank has a
+      GPU" takes the GPU side; where that would hand torch a GPU-only thing (nccl, DDP's
+      ``device_ids``, SyncBN) the caller uses the CPU's equivalent and says so through
+      :meth:`replaced` (kept in ``replacements``).
+
     What it does not do: make an allocation fail at :meth:`set_memory_fraction` (it records the
     cap in ``fractions``).
     """
@@ -91,6 +96,7 @@ class FakeGpus:
         self._held_peak: Dict[int, int] = {}
         self._pool: Dict[int, int] = {}
         self.fractions: Dict[int, float] = {}
+        self.replacements: List[str] = []  # what replaced a GPU rank's decisions, in order
 
     # what torch.cuda answers
     def available(self) -> bool:
@@ -99,10 +105,16 @@ class FakeGpus:
     def tensors_on_gpu(self) -> bool:
         return False
 
+    def replaced(self, what: str, decided: object, used: object) -> str:
+        line = (f'fake GPU host: {what} {decided} as on a GPU; {used} used (its tensors stay '
+                'on the CPU)')
+        self.replacements.append(line)
+        return line
+
     def count(self) -> int:
         visible = os.environ.get('CUDA_VISIBLE_DEVICES')
-        if visible is not None and visible.strip():
-            return len(visible.split(','))
+        if visible is not None:  # as CUDA counts it: set but empty hides every GPU
+            return len([entry for entry in visible.split(',') if entry.strip()])
         return int(self.spec['count'])
 
     def current(self) -> int:

@@ -26,7 +26,8 @@ class AgreementHook(Hook):
 
     In ``before_train`` each rank summarises the training dataset's length, the iterations
     per epoch, the model's parameter names, shapes and count, a digest of the resolved config
-    (per-node paths excluded, see :data:`~mmddp_ext.dist.agreement.PER_NODE_KEYS`) and the
+    (per-node paths and per-rank devices excluded, see
+    :data:`~mmddp_ext.dist.agreement.NOT_COMPARED_KEYS`) and the
     versions of torch, mmengine, mmcv, mmpose, mmdet and mmddp_ext; one ``all_gather_object``
     brings every summary to every rank. When they differ, rank 0 logs the screen of
     :func:`~mmddp_ext.dist.agreement.format_screen` and every rank raises

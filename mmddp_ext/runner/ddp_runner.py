@@ -25,7 +25,7 @@ from ..dist.agree import agree_or_stop, view_of
 from ..dist.env import read_dist_env
 from ..dist.launch import ensure_process_group
 from ..dist.workers import tie_workers
-from ..dist.wrapper import batchnorm_for_cpu, ddp_param_names, model_wrapper_for
+from ..dist.wrapper import ddp_param_names, model_wrapper_for, sync_bn_for_rank, with_rank_device
 from ..gpu import gpus, rank_device
 from ..memory.budget import apply_budget
 from ..scaling.apply import CheckedScaling, apply_plan, check_scaling, plan_for_config
@@ -172,7 +172,7 @@ class DDPRunner(Runner):
         """
         cfg = TextOnceConfig.copy_of(cfg)  # formatted once, not at every pretty_text
         launcher = cfg.get('launcher', 'none')
-        world_size, local_rank = _read_layout(launcher)
+        world_size, _ = _read_layout(launcher)
         training = has_training_parts(cfg)
         distributed = launcher != 'none'
         if training and (checked is None or checked.world_size != world_size):
@@ -180,7 +180,7 @@ class DDPRunner(Runner):
         # nothing to train: nothing to plan, nothing to measure
         scaling = checked.scaling if training else ScalingConfig()
         wrapper = model_wrapper_for(cfg, distributed, scaling.oom_policy,
-                                    guard_by_default=scaling.on_oom is None, local_rank=local_rank)
+                                    guard_by_default=scaling.on_oom is None)
         if wrapper is not None:
             cfg.model_wrapper_cfg = wrapper
         plan, changes, stored, baseline = None, [], None, None
@@ -206,21 +206,24 @@ class DDPRunner(Runner):
         return super().build_train_loop(resumable_loop_cfg(loop))
 
     def wrap_model(self, model_wrapper_cfg: Optional[dict], model: Any) -> Any:
-        """MMEngine's wrapping; on CPUs (gloo) SyncBN layers become BatchNorm
-        (:func:`~mmddp_ext.dist.wrapper.batchnorm_for_cpu`) and ``sync_bn`` is ignored; in a
+        """MMEngine's wrapping, with this rank's device given to DDP here, not in the config
+        (:func:`~mmddp_ext.dist.wrapper.with_rank_device`); on CPUs (gloo) SyncBN layers become
+        BatchNorm and ``sync_bn`` is ignored (:func:`~mmddp_ext.dist.wrapper.sync_bn_for_rank`,
+        which on the fake GPU host first decides as a GPU rank does); in a
         single process, ``MicrobatchDDP`` when the config asks for it (MMEngine wraps only
         distributed models). Before a distributed model is wrapped, every rank's parameters,
         config and versions are compared (:func:`~mmddp_ext.dist.agree.agree_or_stop`): a
         rank that built another model stops every rank with a table, not with DDP's shape
         error. An error while wrapping carries ``ddp_param_names``, which the failure record
         keeps."""
-        if self.distributed and not gpus().tensors_on_gpu():
-            model = batchnorm_for_cpu(model)
-            if self.cfg.get('sync_bn') is not None:  # MMEngine would convert them back
-                print_log(
-                    f"[mmddp_ext] training on CPUs: sync_bn={self.cfg.sync_bn!r} ignored "
-                    '(SyncBN needs CUDA)', logger='current')
-                self.cfg.sync_bn = None
+        if self.distributed:
+            model, note = sync_bn_for_rank(model, self.cfg.get('sync_bn'))
+            if not gpus().tensors_on_gpu():
+                self.cfg.sync_bn = None  # MMEngine would convert them back
+            model_wrapper_cfg, device_note = with_rank_device(model_wrapper_cfg)
+            for line in (note, device_note):
+                if line:
+                    print_log(f'[mmddp_ext] {line}', logger='current')
         if self.distributed and self.world_size > 1 and _agreement_on(self.cfg):
             # before DDP's own shape check
             agree_or_stop(*view_of(model, self.cfg), self.rank, self.logger)

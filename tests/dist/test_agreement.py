@@ -3,8 +3,8 @@ import pickle
 
 import pytest
 
-from mmddp_ext.dist.agreement import (PER_NODE_KEYS, RanksDisagreeError, canonical, digest,
-                                      disagreements, first_param_differences, format_screen,
+from mmddp_ext.dist.agreement import (PER_NODE_KEYS, PER_RANK_KEYS, RanksDisagreeError, canonical,
+                                      digest, disagreements, first_param_differences, format_screen,
                                       rank_summary, short_message)
 
 PARAMS = [('backbone.conv1.weight', (64, 3, 7, 7)), ('head.final_layer.weight', (17, 32, 1, 1)),
@@ -43,6 +43,42 @@ def test_per_node_paths_do_not_change_the_config_digest(key):
                  **{key: '/elsewhere/'})
     assert digest(canonical(other)) == digest(
         canonical(dict(CFG, train_dataloader=dict(CFG['train_dataloader'], dataset={}))))
+
+
+def _set(cfg, path, value):
+    out = dict(cfg)
+    head, _, rest = path.partition('.')
+    out[head] = _set(out.get(head, {}), rest, value) if rest else value
+    return out
+
+
+# What a launcher, MMEngine or we set per rank or per node, as it reaches a rank's config:
+# none of it may change what the ranks compare. (path, local rank 0's value, local rank 1's)
+PER_RANK_VALUES = [
+    ('model_wrapper_cfg.device_ids', [0], [1]),  # DDP's device (MMEngine: [LOCAL_RANK])
+    ('model_wrapper_cfg.output_device', 0, 1),
+    ('gpu_ids', [0], [1]),  # MMDetection 2's per-rank GPU list, kept by old configs
+    ('local_rank', 0, 1),  # argparse's --local_rank copied into a config
+    ('work_dir', 'work_dirs/demo/20261203_101010', 'work_dirs/demo/20261203_101011'),  # stamped
+    ('launcher', 'pytorch', 'slurm'),  # torchrun and srun ranks of one job
+    ('load_from', '/node0/ckpt.pth', '/node1/ckpt.pth'),  # each node's own copy
+    ('train_dataloader.dataset.data_root', '/node0/data', '/node1/data'),
+]
+
+
+@pytest.mark.parametrize('path, rank0, rank1', PER_RANK_VALUES)
+def test_what_differs_per_rank_or_node_is_not_compared(path, rank0, rank1):
+    assert digest(canonical(_set(CFG, path, rank0))) == digest(canonical(_set(CFG, path, rank1)))
+
+
+def test_the_per_rank_table_covers_every_excluded_device_key():
+    listed = {path.split('.')[-1] for path, _, _ in PER_RANK_VALUES}
+    assert PER_RANK_KEYS <= listed
+
+
+def test_what_the_user_wrote_is_still_compared():
+    changed = _set(CFG, 'model_wrapper_cfg.find_unused_parameters', True)
+    assert digest(canonical(changed)) != digest(canonical(CFG))
 
 
 def test_canonical_drops_memory_addresses_and_names_functions():

@@ -57,23 +57,29 @@ def test_manual_launch_derives_local_rank(rank, num_gpus, extra, local, lws, nod
     assert env.as_environ()['LOCAL_RANK'] == str(local)
 
 
-@pytest.mark.parametrize('environ, num_gpus, words', [
-    (dict(MASTER, WORLD_SIZE='2'), 0, ['RANK is not set', 'WORLD_SIZE=2', '0..1']),
-    (dict(MASTER, RANK='1'), 0, ['WORLD_SIZE is not set', 'RANK=1']),
-    (dict(MASTER, RANK='2', WORLD_SIZE='2'), 0, ['RANK=2', 'out of range', '0..1']),
-    (dict(MASTER, RANK='-1', WORLD_SIZE='2'), 0, ['RANK=-1', 'out of range']),
-    (dict(MASTER, RANK='x', WORLD_SIZE='2'), 0, ["RANK='x'", 'not an integer']),
-    (dict(MASTER, RANK='0', WORLD_SIZE='0'), 0, ['WORLD_SIZE=0']),
-    (dict(MASTER, RANK='0', WORLD_SIZE='4',
-          LOCAL_RANK='2'), 2, ['LOCAL_RANK=2', '2 GPU(s) are visible', '--nproc_per_node=2']),
-    (dict(RANK='0', WORLD_SIZE='2', MASTER_PORT='29500'), 0, ['MASTER_ADDR is not set']),
-    (dict(RANK='0', WORLD_SIZE='2', MASTER_ADDR='h'), 0, ['MASTER_PORT is not set', '29500']),
-    (dict(RANK='0', WORLD_SIZE='2', MASTER_ADDR='h',
-          MASTER_PORT='http'), 0, ["MASTER_PORT='http'", 'not a TCP port']),
-    (dict(RANK='0', WORLD_SIZE='2', MASTER_ADDR='h',
-          MASTER_PORT='70000'), 0, ["MASTER_PORT='70000'"]),
-    ({}, 0, ['--launcher pytorch', 'torchrun']),
-])
+@pytest.mark.parametrize(
+    'environ, num_gpus, words',
+    [
+        (dict(MASTER, WORLD_SIZE='2'), 0, ['RANK is not set', 'WORLD_SIZE=2', '0..1']),
+        (dict(MASTER, RANK='1'), 0, ['WORLD_SIZE is not set', 'RANK=1']),
+        (dict(MASTER, RANK='2', WORLD_SIZE='2'), 0, ['RANK=2', 'out of range', '0..1']),
+        (dict(MASTER, RANK='-1', WORLD_SIZE='2'), 0, ['RANK=-1', 'out of range']),
+        (dict(MASTER, RANK='x', WORLD_SIZE='2'), 0, ["RANK='x'", 'not an integer']),
+        (dict(MASTER, RANK='0', WORLD_SIZE='0'), 0, ['WORLD_SIZE=0']),
+        (dict(MASTER, RANK='0', WORLD_SIZE='4',
+              LOCAL_RANK='2'), 2, ['LOCAL_RANK=2', '2 GPU(s) are visible', '--nproc_per_node=2']),
+        (dict(MASTER, RANK='0', WORLD_SIZE='2', LOCAL_RANK='0', LOCAL_WORLD_SIZE='2'), 1, [
+            '2 processes on this node (LOCAL_WORLD_SIZE=2) but 1 GPU(s) visible',
+            'dist_train.sh CONFIG 1', 'CUDA_VISIBLE_DEVICES= bash tools/dist_train.sh CONFIG 2'
+        ]),  # more ranks than GPUs: rank 0 stops too, before any rendezvous
+        (dict(RANK='0', WORLD_SIZE='2', MASTER_PORT='29500'), 0, ['MASTER_ADDR is not set']),
+        (dict(RANK='0', WORLD_SIZE='2', MASTER_ADDR='h'), 0, ['MASTER_PORT is not set', '29500']),
+        (dict(RANK='0', WORLD_SIZE='2', MASTER_ADDR='h',
+              MASTER_PORT='http'), 0, ["MASTER_PORT='http'", 'not a TCP port']),
+        (dict(RANK='0', WORLD_SIZE='2', MASTER_ADDR='h',
+              MASTER_PORT='70000'), 0, ["MASTER_PORT='70000'"]),
+        ({}, 0, ['--launcher pytorch', 'torchrun']),
+    ])
 def test_each_mistake_is_one_line_naming_value_and_fix(environ, num_gpus, words):
     with pytest.raises(DistEnvError) as e:
         read_dist_env(environ, launcher='pytorch', num_gpus=num_gpus)

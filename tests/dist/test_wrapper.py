@@ -4,7 +4,6 @@ left alone, and MicrobatchDDP with on_oom='microbatch'; the wrapper a run builds
 import logging
 
 import pytest
-import torch
 from mmengine.config import Config
 from mmengine.logging import MMLogger
 
@@ -16,36 +15,37 @@ def _cfg(**extra) -> Config:
     return Config(dict(model=dict(type='ToyModel'), **extra))
 
 
-@pytest.mark.parametrize('cuda,local_rank,device_ids', [(True, 3, [3]), (False, 3, None)])
-def test_lean_defaults(cuda, local_rank, device_ids):
-    wrapper = ddp_wrapper_cfg(_cfg(), cuda, local_rank)
+@pytest.mark.parametrize('cuda,device_ids', [(True, {}), (False, {'device_ids': None})])
+def test_lean_defaults(cuda, device_ids):
+    # no device on a GPU: the config is compared across ranks, the device is given at wrap time
+    wrapper = ddp_wrapper_cfg(_cfg(), cuda)
     assert wrapper == {
         'type': 'MMDistributedDataParallel',
         'find_unused_parameters': False,
         'gradient_as_bucket_view': True,
-        'device_ids': device_ids,
+        **device_ids,
         buffer_sync_key(): False
     }
 
 
 def test_the_configs_own_keys_win():
     own = dict(gradient_as_bucket_view=False, broadcast_buffers=True, bucket_cap_mb=50)
-    wrapper = ddp_wrapper_cfg(_cfg(model_wrapper_cfg=own, find_unused_parameters=True), False, 0)
+    wrapper = ddp_wrapper_cfg(_cfg(model_wrapper_cfg=own, find_unused_parameters=True), False)
     assert wrapper['gradient_as_bucket_view'] is False and wrapper['bucket_cap_mb'] == 50
     assert wrapper['find_unused_parameters'] is True
     assert wrapper['broadcast_buffers'] is True and 'forward_sync_buffers' not in wrapper
 
 
 def test_microbatch_guard():
-    wrapper = ddp_wrapper_cfg(_cfg(), False, 0, on_oom='microbatch')
+    wrapper = ddp_wrapper_cfg(_cfg(), False, on_oom='microbatch')
     assert wrapper['type'] == 'MicrobatchDDP' and wrapper['broadcast_buffers'] is False
 
 
 def test_other_wrappers_are_left_alone_unless_the_guard_needs_ddp():
     fsdp = dict(type='MMFullyShardedDataParallel', cpu_offload=True)
-    assert ddp_wrapper_cfg(_cfg(model_wrapper_cfg=fsdp), True, 0) == fsdp
+    assert ddp_wrapper_cfg(_cfg(model_wrapper_cfg=fsdp), True) == fsdp
     with pytest.raises(ScalingError, match="model_wrapper_cfg.type='MMFullyShardedDataParallel'"):
-        ddp_wrapper_cfg(_cfg(model_wrapper_cfg=fsdp), True, 0, on_oom='microbatch')
+        ddp_wrapper_cfg(_cfg(model_wrapper_cfg=fsdp), True, on_oom='microbatch')
 
 
 @pytest.mark.parametrize(
@@ -88,29 +88,33 @@ def test_a_default_guard_gives_way_to_the_configs_own_wrapper():
         (4, dict(LOCAL_WORLD_SIZE='2'), 1),  # RANK % LOCAL_WORLD_SIZE = 3 % 2
         (4, dict(LOCAL_RANK='0'), 0),  # set: taken as it is, whatever RANK says
     ])
-def test_the_wrapper_is_on_the_rank_s_derived_device(monkeypatch, visible_gpus, extra, expected):
+def test_the_wrapper_is_on_the_rank_s_derived_device(monkeypatch, tmp_path, visible_gpus, extra,
+                                                     expected):
     """Hand-set variables and Slurm may lack LOCAL_RANK until the process group starts: the
-    device the wrapper is put on is the one derived from RANK and the node's layout, not GPU 0,
-    through both places that read the variables (the entry's ``read_launch_env`` and
-    DDPRunner's ``_layout``). A CUDA host with ``visible_gpus`` GPUs is faked: none here."""
-    from mmddp_ext.dist.launch import read_launch_env
+    device DDP is given is the one derived from RANK and the node's layout, not GPU 0, through
+    both places that read the variables (the entry's ``read_launch_env`` and DDPRunner's
+    ``_layout``) and the pin of the process group's start. A host of ``visible_gpus`` GPUs is
+    faked: its ranks decide as GPU ranks do, and give torch None (their tensors stay on the
+    CPU), which the line says."""
+    from mmddp_ext.dist.launch import pin_device, read_launch_env
+    from mmddp_ext.dist.wrapper import with_rank_device
     from mmddp_ext.gpu import use_gpus
-    from mmddp_ext.gpu.cuda import CudaGpus
+    from mmddp_ext.gpu.fake import FakeGpus, make_fake_host
     from mmddp_ext.runner.ddp_runner import _read_layout
-    for key in ('LOCAL_RANK', 'LOCAL_WORLD_SIZE'):
+    for key in ('LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'CUDA_VISIBLE_DEVICES'):
         monkeypatch.delenv(key, raising=False)
     for key, value in dict(RANK='3', WORLD_SIZE='8', MASTER_ADDR='h', MASTER_PORT='29500',
                            **extra).items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
-    monkeypatch.setattr(torch.cuda, 'device_count', lambda: visible_gpus)
-    previous = use_gpus(CudaGpus())
+    make_fake_host(str(tmp_path), count=visible_gpus)
+    previous = use_gpus(FakeGpus(str(tmp_path)))
     try:
-        env = read_launch_env('pytorch', num_gpus=visible_gpus)
+        env = read_launch_env('pytorch')
         world, local_rank = _read_layout('pytorch')
         assert (env.local_rank, world, local_rank) == (expected, 8, expected)
-        assert model_wrapper_for(_cfg(), True, local_rank=env.local_rank)['device_ids'] == \
-            [expected]
+        pin_device(env.local_rank)
+        wrapper, note = with_rank_device(model_wrapper_for(_cfg(), True))
+        assert wrapper['device_ids'] is None and f'DDP device_ids [{expected}] as on a GPU' in note
     finally:
         use_gpus(previous)
 

@@ -70,10 +70,20 @@ def test_held_bytes_on_a_gpu_are_its_allocated_bytes(fake):
     assert 64 * MIB <= held <= fake.allocated(0)
 
 
-def test_wrapper_puts_no_device_ids_where_tensors_stay_on_the_cpu(fake):
+def test_wrapper_decides_the_rank_s_device_and_gives_torch_none_on_the_fake(fake):
     from mmengine.config import Config
-    wrapper = model_wrapper_for(Config(dict(model=dict(type='X'))), True, local_rank=1)
-    assert wrapper['device_ids'] is None  # the fake's ranks compute on the CPU (gloo)
+
+    from mmddp_ext.dist.wrapper import with_rank_device
+    pin_device(1)
+    wrapper = model_wrapper_for(Config(dict(model=dict(type='X'))), True)
+    assert wrapper['device_ids'] is None  # in the config: the same on every rank
+    built, note = with_rank_device(wrapper)
+    assert built['device_ids'] is None  # the fake's ranks compute on the CPU (gloo)
+    assert note == ('fake GPU host: DDP device_ids [1] as on a GPU; None used (its tensors stay '
+                    'on the CPU)')
+    assert with_rank_device(dict(wrapper, type='MicrobatchDDP')) == (  # takes no device ids
+        dict(wrapper, type='MicrobatchDDP'), None)
+    assert with_rank_device(dict(wrapper, device_ids=[0])) == (dict(wrapper, device_ids=[0]), None)
 
 
 @pytest.mark.parametrize('count, local', [(2, 1), (3, 0)])
@@ -87,3 +97,52 @@ def test_hand_set_variables_derive_local_rank_from_the_gpu_count(fake, monkeypat
     monkeypatch.setenv('MASTER_PORT', '29500')
     assert _read_layout('pytorch') == (4, local)  # rank 3 on a host of `count` GPUs
     assert os.environ.get('LOCAL_RANK') is None  # read, not written
+
+
+class _OnGpu(FakeGpus):
+    """The fake host answering as a real GPU rank does: its tensors on the GPU."""
+
+    def tensors_on_gpu(self) -> bool:
+        return True
+
+
+def _bn_model() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.BatchNorm2d(4))
+
+
+def test_a_gpu_rank_is_given_its_device_at_wrap_time_and_keeps_its_syncbn(tmp_path):
+    from mmengine.config import Config
+
+    from mmddp_ext.dist.wrapper import sync_bn_for_rank, with_rank_device
+    make_fake_host(str(tmp_path), count=2)
+    previous = use_gpus(_OnGpu(str(tmp_path)))
+    try:
+        pin_device(1)
+        wrapper = model_wrapper_for(Config(dict(model=dict(type='X'))), True)
+        assert 'device_ids' not in wrapper  # the config stays the same on every rank
+        assert with_rank_device(wrapper) == (dict(wrapper, device_ids=[1]), None)
+        model = _bn_model()
+        assert sync_bn_for_rank(model, 'torch') == (model, None)  # MMEngine converts it
+    finally:
+        use_gpus(previous)
+
+
+def test_the_fake_applies_sync_bn_as_a_gpu_rank_then_gives_its_cpu_batchnorm(fake):
+    from mmddp_ext.dist.wrapper import sync_bn_for_rank, sync_bn_layers
+    model, note = sync_bn_for_rank(_bn_model(), 'torch')
+    assert note == ('fake GPU host: SyncBN 1 layer(s) kept as on a GPU; BatchNorm used (its '
+                    'tensors stay on the CPU)')
+    assert sync_bn_layers(model) == 0 and fake.replacements == [note]
+    plain = _bn_model()
+    assert sync_bn_for_rank(plain, None) == (plain, None)  # nothing to keep, nothing replaced
+
+
+def test_a_rank_without_gpus_trains_batchnorm_and_ignores_sync_bn(fake, monkeypatch):
+    from mmddp_ext.dist.wrapper import sync_bn_for_rank, sync_bn_layers
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')  # as CUDA counts it: no GPU
+    assert fake.count() == 0 and not fake.available()
+    model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(_bn_model())
+    model, note = sync_bn_for_rank(model, 'torch')
+    assert sync_bn_layers(model) == 0 and note == ("training on CPUs: sync_bn='torch' ignored "
+                                                   '(SyncBN needs CUDA)')
+    assert fake.replacements == []  # a CPU rank replaces no GPU decision

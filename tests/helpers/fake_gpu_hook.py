@@ -1,7 +1,8 @@
 """A test-only hook for runs on the fake GPU host (``MMDDP_FAKE_GPUS``).
 
 ``FakeGpuHook(out_dir, stray_rank=1, stray_mib=1635)`` writes, per rank, the devices its
-process had touched when training began (``rank{R}.json``), then makes ``stray_rank`` keep
+process had touched when training began and what replaced its GPU decisions
+(``rank{R}.json``), then makes ``stray_rank`` keep
 ``stray_mib`` MiB on GPU 0, as ``torch.load`` without ``map_location`` does with a checkpoint
 saved from GPU 0: with its context that is the user's 1.89 GiB on GPU 0.
 """
@@ -26,7 +27,7 @@ class FakeGpuHook(Hook):
     def before_train(self, runner) -> None:
         os.makedirs(self.out_dir, exist_ok=True)
         record = dict(rank=runner.rank, pid=os.getpid(), current=gpus().current(),
-                      touched=gpus().touched)
+                      touched=gpus().touched, replacements=gpus().replacements)
         with open(osp.join(self.out_dir, f'rank{runner.rank}.json'), 'w') as f:
             json.dump(record, f)
         if runner.rank == self.stray_rank:
