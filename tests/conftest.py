@@ -75,6 +75,12 @@ SLIM_MODEL = {
     'model.head.deconv_out_channels': '({0},{0},{0})'.format(SLIM_HEAD_WIDTH),
 }
 
+# the demo config's own DataLoader workers, where demo_options would turn them off
+DEMO_WORKERS = {
+    'train_dataloader.num_workers': '2',
+    'train_dataloader.persistent_workers': 'True',
+}
+
 
 def demo_options(data_root: str, max_epochs: int = 2, validate: bool = False, slim: bool = True,
                  **extra: str) -> List[str]:
@@ -163,16 +169,18 @@ def assert_no_debris(work_dir) -> None:
     assert not glob.glob(osp.join(str(work_dir), '**', '.*.part'), recursive=True)
 
 
-def stop_point_by_hand(config: str, work: str, data: str, extra=()) -> List[subprocess.Popen]:
+def stop_point_by_hand(config: str, work: str, data: str, extra=(),
+                       options: Optional[Dict[str, str]] = None) -> List[subprocess.Popen]:
     """The 2 ranks of a preemption test's run (``tests.helpers.stop_point_hook``: 2 epochs of
-    8 iterations), started by hand (RANK, WORLD_SIZE, MASTER_*)."""
+    8 iterations), started by hand (RANK, WORLD_SIZE, MASTER_*); ``options`` change
+    :func:`demo_options`' (e.g. the demo's own DataLoader workers, :data:`DEMO_WORKERS`)."""
     from mmddp_ext.dist.launch import find_free_port
 
     from tests.helpers.stop_point_hook import STOP_OPTIONS
     port = str(find_free_port())
     cmd = [
         PYTHON, 'tools/dist_train.py', config, '--work-dir', work, *extra,
-        *demo_options(data, 2, **STOP_OPTIONS)
+        *demo_options(data, 2, **STOP_OPTIONS, **(options or {}))
     ]
     return [
         popen(cmd, env=dict(RANK=str(r), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=port))

@@ -1,4 +1,4 @@
-"""DataLoader workers that die with their rank.
+"""DataLoader workers that die with their rank, and leave a stop signal to it.
 
 torchrun stops a job by signalling each live rank's process group, but a rank that is already
 dead (SIGKILL from the host's OOM killer, a segfault) is skipped, and its DataLoader workers
@@ -6,18 +6,26 @@ live on as orphans: measured 29 minutes and more at about 560 MiB each, until ki
 and one more set per elastic restart. Each worker here asks the kernel to SIGKILL it when its
 parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``), then runs the loader's own ``worker_init_fn``.
 
-Nothing else of the rank's signal handling is touched: torch's worker set-up replaces the
-SIGTERM handler a forked worker inherits (the rank's ``PreemptionHook`` handler and
-``HangWatchdogHook``'s stack dump) by its own, which ends the worker, before this init runs.
+A stop signal sent to every process of the job (Slurm's preemption and ``scancel --signal``
+signal every process of the step; torchrun signals each worker's process group) reaches the
+workers too. torch's worker set-up makes SIGTERM end a worker, and SIGUSR1 ends any process by
+default; the rank then dies in its next batch with "DataLoader worker (pid …) is killed by
+signal: Terminated", before it could save. Each worker here ignores the stop signals
+(:data:`STOP_SIGNALS`): its rank decides, stops after the iteration the ranks agree on, saves,
+and its workers end with it (the loader's shutdown, or the kernel's SIGKILL above).
 """
+import atexit
 import ctypes
 import functools
+import multiprocessing
 import os
 import signal
 import sys
 from typing import Any, Callable, Optional
 
 PR_SET_PDEATHSIG = 1
+# the signals that ask a job to stop (PreemptionHook's defaults): the rank's to act on
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
 def die_with_parent(parent_pid: int) -> bool:
@@ -38,6 +46,21 @@ def die_with_parent(parent_pid: int) -> bool:
     if os.getppid() != parent_pid:  # the parent died before the request took effect
         os._exit(1)
     return True
+
+
+def kill_workers() -> None:
+    """SIGKILL this process's live daemonic children (its DataLoader workers). Registered at
+    exit by :func:`tie_workers`: multiprocessing's own exit sends them SIGTERM and joins them,
+    which a worker that ignores the stop signals would hold (a rank that exits on an exception
+    keeps its loader's iterator, and so its workers, alive to the end)."""
+    for child in multiprocessing.active_children():
+        if child.daemon:
+            child.kill()
+
+
+@functools.lru_cache(maxsize=None)
+def _kill_workers_at_exit() -> None:
+    atexit.register(kill_workers)  # once per process; runs before multiprocessing's own
 
 
 def _no_init(worker_id: int) -> None:
@@ -68,11 +91,14 @@ class WorkerInit(functools.partial):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         die_with_parent(self.parent_pid)
+        for number in STOP_SIGNALS:  # the rank stops the job, and its workers with it
+            signal.signal(number, signal.SIG_IGN)
         return super().__call__(*args, **kwargs)
 
 
 def tie_workers(dataloader: Any) -> Any:
-    """Make ``dataloader``'s worker processes die with this process; returns it.
+    """Make ``dataloader``'s worker processes die with this process and leave the stop
+    signals to it (:data:`STOP_SIGNALS`); returns it.
 
     Only before its workers start (before the first ``iter()``); loaders without worker
     processes, or already tied, are returned unchanged.
@@ -80,4 +106,5 @@ def tie_workers(dataloader: Any) -> Any:
     if getattr(dataloader, 'num_workers',
                0) and not isinstance(getattr(dataloader, 'worker_init_fn', None), WorkerInit):
         dataloader.worker_init_fn = WorkerInit.around(dataloader.worker_init_fn)
+        _kill_workers_at_exit()
     return dataloader

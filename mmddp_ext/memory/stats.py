@@ -97,9 +97,9 @@ class MemoryReader:
         alloc = reserved = peak = used = total = None
         if self.is_cuda:
             g = gpus()
-            self.track_peak()
             alloc, reserved = g.allocated(self.index), g.reserved(self.index)
-            peak = self._peak_allocated
+            self.track_peak()  # after the reads: what was allocated then is part of the peak
+            self._peak_allocated = peak = max(self._peak_allocated, alloc)
             free, total = g.mem_get_info(self.index)
             used = total - free
         rss = rss_bytes()  # ru_maxrss can lag the current RSS by a few pages: take the max

@@ -1,5 +1,6 @@
-"""DataLoader workers die with their rank: a rank killed by SIGKILL (the host's OOM killer)
-leaves no orphaned worker behind, and the loader's own worker_init_fn still runs."""
+"""DataLoader workers die with their rank and leave the stop signals to it: a rank killed by
+SIGKILL (the host's OOM killer) leaves no orphaned worker behind, a SIGTERM or SIGUSR1 sent to
+the whole job leaves the workers loading, and the loader's own worker_init_fn still runs."""
 import os
 import os.path as osp
 import signal
@@ -24,7 +25,8 @@ def _alive(pid: int) -> bool:
 
 def _start(mode: str):
     proc = subprocess.Popen([sys.executable, '-m', 'tests.helpers.loader_child', mode], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     lines = []
     for line in proc.stdout:
         lines.append(line)
@@ -62,29 +64,43 @@ def _kill(pids) -> None:
             pass
 
 
-def test_a_tied_worker_keeps_torchs_sigterm_and_never_runs_the_ranks_handler():
-    """SIGTERM to a tied worker ends it (torch's own worker handler), and neither the rank's
-    handler nor its stack dump runs there. The rank itself still runs both (the control)."""
+def test_a_tied_worker_leaves_a_stop_signal_to_its_rank():
+    """SIGTERM and SIGUSR1 sent to every process of the job (Slurm, a process group) reach
+    the workers: a tied worker ignores both and keeps loading, and neither the rank's handler
+    nor its stack dump runs there. The rank itself still runs both (the control); an untied
+    worker dies of the same SIGTERM (torch's own worker handler)."""
     proc, workers, _ = _start('term-tie')
     try:
         os.kill(proc.pid, signal.SIGTERM)  # the control: the rank's handler is live
         assert proc.stdout.readline() == f'SIGTERM in {proc.pid}, which goes on\n'
-        os.kill(workers[0], signal.SIGTERM)  # torch then stops the rank: a worker died
-        deadline = time.monotonic() + 60  # a bound, not a measurement: death is immediate
-        while _alive(workers[0]) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not _alive(workers[0])
+        for pid in workers:
+            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGUSR1)
+        proc.stdin.write('next\n')  # the rank loads 2 more batches: one from each worker
+        proc.stdin.flush()
+        assert proc.stdout.readline() == 'loaded 2 more batches\n'
+        assert all(_alive(p) for p in workers)
     finally:
         _kill([proc.pid] + workers)
     err = proc.stderr.read()
     assert err.count('Current thread') + err.count('Thread 0x') >= 1  # the rank's dump
-    assert f'SIGTERM in {workers[0]}' not in proc.stdout.read()
+    assert 'SIGTERM in' not in proc.stdout.read()  # no worker ran the rank's handler
+    plain, untied, _ = _start('term-plain')
+    try:
+        os.kill(untied[0], signal.SIGTERM)
+        deadline = time.monotonic() + 60  # a bound, not a measurement: death is immediate
+        while _alive(untied[0]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(untied[0])  # why the tie ignores it
+    finally:
+        _kill([plain.pid] + untied)
 
 
 def test_a_rank_exiting_with_live_workers_is_not_held_by_them():
-    """A rank that exits while its loader's iterator lives (a raised exception holds it): the
-    exit's SIGTERM ends its workers at once, so it exits with its own code; before, a tied
-    worker ran the rank's stop handler and lived on for PreemptionHook's grace (25 s)."""
+    """A rank that exits while its loader's iterator lives (a raised exception holds it): its
+    workers, which ignore SIGTERM, are killed at its exit, so it exits with its own code at
+    once; before, a tied worker ran the rank's stop handler and lived on for PreemptionHook's
+    grace (25 s)."""
     proc, workers, _ = _start('exit-tie')
     try:
         assert proc.wait(120) == 3  # a bound, not a measurement

@@ -5,7 +5,10 @@ loader raised does. ``term-tie`` and ``exit-tie`` hold SIGTERM as a training ran
 handler that only reports (as ``PreemptionHook``'s only records) and a faulthandler stack dump
 chained before it (as ``HangWatchdogHook``'s), both set before the workers fork.
 
-    python -m tests.helpers.loader_child tie|plain|term-tie|exit-tie
+``term-tie`` (and ``term-plain``, untied) then loads two more batches for each ``next`` line
+on its standard input and says so.
+
+    python -m tests.helpers.loader_child tie|plain|term-tie|term-plain|exit-tie
 """
 import faulthandler
 import os
@@ -38,7 +41,7 @@ def _report_sigterm(signum, frame) -> None:
 
 
 def main(mode: str) -> None:
-    if mode in ('term-tie', 'exit-tie'):
+    if mode in ('term-tie', 'term-plain', 'exit-tie'):
         signal.signal(signal.SIGTERM, _report_sigterm)
         faulthandler.register(signal.SIGTERM, file=sys.stderr, all_threads=True, chain=True)
     # 1 MiB samples: prefetched batches fill the result pipe, as images do in training
@@ -54,6 +57,12 @@ def main(mode: str) -> None:
     print('workers', ' '.join(str(c.pid) for c in psutil.Process().children()), flush=True)
     if mode == 'exit-tie':
         sys.exit(3)
+    if mode.startswith('term-'):
+        for line in sys.stdin:
+            if line.strip() == 'next':
+                next(batches)
+                next(batches)
+                print('loaded 2 more batches', flush=True)
     time.sleep(600)
 
 

@@ -1,0 +1,55 @@
+"""A stop signal that reaches every process of the job, DataLoader workers included (Slurm's
+preemption and ``scancel --signal`` signal every process of the step, a terminal its process
+group), with the demo's own workers (2, persistent as in MMPose's recipes): every rank saves
+after the iteration they agree on and exits with 75, and ``--resume`` trains every iteration
+and sample exactly once, as a run that was never stopped. Before the workers left the stop to
+their rank, each rank died in its next batch with torch's ``DataLoader worker (pid …) is
+killed by signal: Terminated``, exit 1, and no checkpoint."""
+import os.path as osp
+import signal
+
+import psutil
+import pytest
+
+from conftest import DEMO_WORKERS, demo_with_hooks, finish, stop_point_by_hand
+from tests.helpers.stop_point_hook import hook_source, trained_iterations, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def _job_processes(procs) -> list:
+    """Every process of the job: the ranks and their DataLoader workers."""
+    out = []
+    for p in procs:
+        rank = psutil.Process(p.pid)
+        out += [rank] + rank.children(recursive=True)
+    return out
+
+
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGUSR1])
+def test_a_stop_signal_to_every_process_saves_and_resume_trains_each_batch_once(
+        stop_point_reference, demo_data, tmp_path, signum):
+    flags, work = str(tmp_path / 'flags'), str(tmp_path / 'w')
+    config = demo_with_hooks(tmp_path, hook_source(flags, 10), ['stop_point_hook'])
+    procs = stop_point_by_hand(config, work, demo_data, options=DEMO_WORKERS)
+    alive = lambda: all(p.poll() is None for p in procs)  # noqa: E731
+    wait_for([osp.join(flags, f'paused_rank{r}') for r in (0, 1)], alive=alive)
+    everyone = _job_processes(procs)
+    assert len(everyone) >= 2 * 3, everyone  # each rank and its 2 workers
+    for process in everyone:
+        process.send_signal(signum)
+    wait_for([osp.join(flags, f'received_rank{r}') for r in (0, 1)], alive=alive)
+    open(osp.join(flags, 'go'), 'w').close()
+    results = finish(procs)
+    out = results[0][1]
+    assert [rc for rc, _ in results] == [75, 75], out[-3000:]
+    assert 'is killed by signal' not in ''.join(o for _, o in results)
+    assert f'saved {work}/iter_11.pth' in out, out[-3000:]
+
+    results = finish(stop_point_by_hand(config, work, demo_data, ['--resume'], DEMO_WORKERS))
+    out = results[0][1]
+    assert [rc for rc, _ in results] == [0, 0], out[-3000:]
+    assert 'continuing at batch 4' in out
+    trained = trained_iterations(flags, 2)
+    for rank in (0, 1):  # the same iterations, with the same samples, each once
+        assert trained[rank] == stop_point_reference[rank]
