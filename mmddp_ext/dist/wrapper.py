@@ -39,7 +39,7 @@ def ddp_wrapper_cfg(cfg: Any, cuda: bool, on_oom: str = 'raise') -> dict:
 
     On a GPU the device is not written here: it differs per rank, and what is written here is
     compared across ranks before the first iteration. It is given at wrap time
-    (:func:`rank_device_ids`), as MMEngine gives ``[LOCAL_RANK]`` in its ``default_args``.
+    (:func:`with_rank_device`), as MMEngine gives ``[LOCAL_RANK]`` in its ``default_args``.
     """
     own = dict(cfg.get('model_wrapper_cfg') or {})
     if own.get('type', 'MMDistributedDataParallel') not in DDP_TYPES:
@@ -48,9 +48,9 @@ def ddp_wrapper_cfg(cfg: Any, cuda: bool, on_oom: str = 'raise') -> dict:
                                f"model_wrapper_cfg.type={own['type']!r}: remove "
                                f"model_wrapper_cfg.type or set scaling.on_oom='raise'")
         return own
-    wrapper = dict(type='MMDistributedDataParallel',
-                   find_unused_parameters=cfg.get('find_unused_parameters',
-                                                  False), gradient_as_bucket_view=True)
+    unused = cfg.get('find_unused_parameters', False)
+    wrapper = dict(type='MMDistributedDataParallel', find_unused_parameters=unused,
+                   gradient_as_bucket_view=True)
     if not cuda:
         wrapper['device_ids'] = None
     wrapper.update(own)
@@ -67,7 +67,7 @@ def model_wrapper_for(cfg: Any, distributed: bool, on_oom: str = 'raise',
     """The ``model_wrapper_cfg`` a run builds; the one place it is decided, for every runner.
 
     Distributed: the lean DDP wrapper (:func:`ddp_wrapper_cfg`), the same on every rank; the
-    rank's device is given when the model is wrapped (:func:`rank_device_ids`).
+    rank's device is given when the model is wrapped (:func:`with_rank_device`).
     Steps guarded against running out of memory (``on_oom='microbatch'``, the default with
     ``max_batch_per_device='auto'``): :class:`~mmddp_ext.dist.microbatch.MicrobatchDDP`, in a
     single process too. A guard that only the default asked for (``guard_by_default``) gives
