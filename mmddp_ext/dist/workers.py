@@ -21,6 +21,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 from typing import Any, Callable, Optional
 
 PR_SET_PDEATHSIG = 1
@@ -49,13 +50,25 @@ def die_with_parent(parent_pid: int) -> bool:
 
 
 def kill_workers() -> None:
-    """SIGKILL this process's live daemonic children (its DataLoader workers). Registered at
-    exit by :func:`tie_workers`: multiprocessing's own exit sends them SIGTERM and joins them,
-    which a worker that ignores the stop signals would hold (a rank that exits on an exception
-    keeps its loader's iterator, and so its workers, alive to the end)."""
-    for child in multiprocessing.active_children():
-        if child.daemon:
-            child.kill()
+    """SIGKILL this process's live daemonic children (its DataLoader workers) and reap them.
+    Registered at exit by :func:`tie_workers`: multiprocessing's own exit sends them SIGTERM
+    and joins them, which a worker that ignores the stop signals would hold (a rank that exits
+    on an exception keeps its loader's iterator, and so its workers, alive to the end).
+
+    torch's DataLoader sets a SIGCHLD handler in the main process that raises
+    ``RuntimeError: DataLoader worker (pid …) is killed by signal: Killed`` for a worker that
+    died of a signal; it is put back to the default first, so that a kill made on purpose at
+    exit is not reported as a failure (the rank exits with its own code, its stderr clean).
+    """
+    children = [child for child in multiprocessing.active_children() if child.daemon]
+    if not children:
+        return
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for child in children:
+        child.kill()
+    for child in children:
+        child.join()
 
 
 @functools.lru_cache(maxsize=None)
