@@ -18,6 +18,10 @@ from mmengine.logging import HistoryBuffer
 
 # The key that marks a dict written by to_plain; its value names what the dict stands for.
 PLAIN_KEY = '__mmddp_plain__'
+# Where to_plain keeps a meta.dataset_meta that held numpy values (MMPose's sigmas, colours):
+# a reader without mmddp_ext then finds no dataset_meta, and MMPose's init_model takes the
+# config's (the same types and values) instead of marked dicts. from_plain moves it back.
+STORED_DATASET_META = 'mmddp_ext_dataset_meta'
 _PLAIN_VALUES = (bool, int, float, str, bytes)
 
 
@@ -103,6 +107,27 @@ def _map_leaves(obj: Any, leaf: Callable[[Any], Any]) -> Any:
     return obj
 
 
+def _dataset_meta(checkpoint: Any) -> Any:
+    meta = checkpoint.get('meta') if isinstance(checkpoint, dict) else None
+    return meta.get('dataset_meta') if isinstance(meta, dict) else None
+
+
+def _moved(checkpoint: Any, src: str, dst: str) -> Any:
+    """``checkpoint`` with ``meta[src]`` renamed ``meta[dst]``, in its place among the keys
+    (shallow copies of the top and of ``meta``); ``checkpoint`` itself when there is no
+    ``meta[src]``."""
+    meta = checkpoint.get('meta') if isinstance(checkpoint, dict) else None
+    if not isinstance(meta, dict) or src not in meta:
+        return checkpoint
+    renamed = {(dst if key == src else key): value for key, value in meta.items()}
+    meta = copy.copy(meta)
+    meta.clear()
+    meta.update(renamed)
+    out = copy.copy(checkpoint)
+    out['meta'] = meta
+    return out
+
+
 def to_plain(checkpoint: Any) -> Any:
     """The checkpoint with everything plain ``torch.load`` (``weights_only=True``) refuses
     and MMEngine puts there stored as tensors and plain Python values.
@@ -112,20 +137,32 @@ def to_plain(checkpoint: Any) -> Any:
     numbers or text), each as a dict marked with :data:`PLAIN_KEY`. Other objects (arrays of
     Python objects, dates) are left as they are. The input is not changed.
 
+    A ``meta.dataset_meta`` that held numpy values (MMPose's) is stored as
+    ``meta[STORED_DATASET_META]``: tools that read ``meta.dataset_meta`` without mmddp_ext
+    (MMPose's ``init_model``) would get marked dicts where arrays belong; without it they take
+    the config's metainfo. One that needed no conversion (MMDetection's classes and palette)
+    stays where it is.
+
     Args:
         checkpoint: what MMEngine's ``Runner.save_checkpoint`` is about to write.
 
     Returns:
         The converted checkpoint; ``checkpoint`` itself when there was nothing to convert.
     """
-    return _map_leaves(checkpoint, _leaf_to_plain)
+    plain = _map_leaves(checkpoint, _leaf_to_plain)
+    if plain is checkpoint:
+        return plain
+    if _dataset_meta(plain) is _dataset_meta(checkpoint):  # absent, or nothing converted
+        return plain
+    return _moved(plain, 'dataset_meta', STORED_DATASET_META)
 
 
 def from_plain(checkpoint: Any) -> Any:
     """Undo :func:`to_plain`: marked dicts become the original objects again (arrays with
     their dtype and memory order, scalars with their numpy type, history buffers with their
-    values, counts and ``max_length``). A checkpoint without marks (MMEngine's own format,
-    plain weights) is returned as it is.
+    values, counts and ``max_length``), and ``meta[STORED_DATASET_META]`` is
+    ``meta.dataset_meta`` again. A checkpoint without marks (MMEngine's own format, plain
+    weights) is returned as it is.
 
     Args:
         checkpoint: a loaded checkpoint.
@@ -133,4 +170,4 @@ def from_plain(checkpoint: Any) -> Any:
     Returns:
         The restored checkpoint; ``checkpoint`` itself when there was nothing to restore.
     """
-    return _map_leaves(checkpoint, _leaf_from_plain)
+    return _map_leaves(_moved(checkpoint, STORED_DATASET_META, 'dataset_meta'), _leaf_from_plain)

@@ -11,7 +11,8 @@ import torch
 from mmengine.logging import HistoryBuffer
 from mmengine.runner import CheckpointLoader
 
-from mmddp_ext.checkpoint import PLAIN_KEY, from_plain, load_checkpoint_file, to_plain
+from mmddp_ext.checkpoint import (PLAIN_KEY, STORED_DATASET_META, from_plain, load_checkpoint_file,
+                                  to_plain)
 
 ARRAYS = [
     np.array([0.026, 0.025], np.float32),
@@ -152,3 +153,26 @@ def test_mmengine_format_with_text_arrays_loads_through_the_allowlist(tmp_path):
     torch.save({'meta': {'dataset_meta': {'names': ARRAYS[-2]}}}, path)
     loaded = load_checkpoint_file(path)
     np.testing.assert_array_equal(loaded['meta']['dataset_meta']['names'], ARRAYS[-2])
+
+
+def test_a_dataset_meta_with_numpy_values_is_stored_where_stock_readers_do_not_look():
+    """MMPose's ``init_model`` takes ``meta.dataset_meta`` as it finds it: marked dicts there
+    would stand where its visualizer needs arrays. Stored aside, a reader without mmddp_ext
+    finds none (and MMPose takes the config's); ours puts it back, in its place."""
+    pose = {'sigmas': ARRAYS[0], 'keypoint_colors': ARRAYS[3], 'num_keypoints': 2}
+    checkpoint = {'meta': {'dataset_meta': pose, 'epoch': 2}, 'state_dict': {}}
+    stored = _plain_load(to_plain(checkpoint))
+    assert 'dataset_meta' not in stored['meta'], stored['meta']
+    assert stored['meta'][STORED_DATASET_META]['sigmas'][PLAIN_KEY] == 'numpy.ndarray'
+    back = from_plain(stored)
+    assert list(back['meta']) == ['dataset_meta', 'epoch']
+    assert pickle.dumps(back['meta']) == pickle.dumps(checkpoint['meta'])
+    assert from_plain(back) is back
+
+
+def test_a_dataset_meta_that_is_plain_already_stays_where_mmengine_put_it():
+    det = {'classes': ('person', 'dog'), 'palette': [(220, 20, 60), (0, 0, 142)]}
+    checkpoint = {'meta': {'dataset_meta': det, 'best': np.float64(0.5)}}
+    stored = _plain_load(to_plain(checkpoint))
+    assert stored['meta']['dataset_meta'] == det  # what MMDetection's init_detector reads
+    assert STORED_DATASET_META not in stored['meta']

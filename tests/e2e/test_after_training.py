@@ -1,0 +1,114 @@
+"""After training, as our users go on (docs/after_training.md): MMPose's own APIs, inferencer,
+visualizer and ``tools/test.py`` on a checkpoint ``DDPRunner`` wrote (``conftest.trained_demo``),
+each in a process that never imports mmddp_ext, with the demo config as a colleague would have
+it (no ``custom_imports``, no ``runner_type``)."""
+import ast
+import glob
+import json
+import os.path as osp
+import pickle
+import re
+
+import numpy as np
+import pytest
+from mmengine.config import Config
+
+from mmddp_ext.checkpoint import load_checkpoint_file
+
+from conftest import DEMO_CONFIG, PYTHON, ROOT, check_ok, demo_options, run
+
+READER = osp.join(ROOT, 'tests', 'helpers', 'stock_pose_reader.py')
+METRIC = re.compile(r'(coco/[^:]+): (-?[0-9.]+)')
+
+
+def _value(text: str):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+@pytest.fixture(scope='module')
+def stock_config(demo_data, tmp_path_factory) -> str:
+    """The demo config with the options the trained run had, without our two lines."""
+    options = demo_options(demo_data, max_epochs=2, validate=True)[1:]
+    cfg = Config.fromfile(DEMO_CONFIG)
+    cfg.merge_from_dict({k: _value(v) for k, v in (o.split('=', 1) for o in options)})
+    for ours in ('custom_imports', 'runner_type'):
+        cfg.pop(ours)
+    path = str(tmp_path_factory.mktemp('stock') / 'td-hm_res18_demo_stock.py')
+    cfg.dump(path)
+    assert 'mmddp_ext' not in open(path).read() and 'DDPRunner' not in open(path).read()
+    return path
+
+
+def _epoch_metrics(log: str, epoch: int) -> dict:
+    lines = [ln for ln in log.splitlines() if re.search(rf'Epoch\(val\)\s*\[{epoch}\]', ln)]
+    assert lines, log[-3000:]
+    return dict(METRIC.findall(lines[-1]))
+
+
+def _is_image(path: str) -> bool:
+    return osp.splitext(path)[1] in ('.jpg', '.png')
+
+
+def _kind(value) -> str:
+    if isinstance(value, np.ndarray):
+        return f'ndarray {value.dtype} {list(value.shape)}'
+    return type(value).__name__
+
+
+def _plain(value):
+    return json.loads(json.dumps(value, default=lambda a: a.tolist()))
+
+
+def test_mmpose_apis_read_our_checkpoint_as_a_stock_one(trained_demo, stock_config, demo_data,
+                                                        tmp_path):
+    """``init_model`` gives the model the dataset's own metainfo (arrays where MMPose has
+    arrays) and the trained weights; its visualizer and ``MMPoseInferencer`` write images."""
+    work_dir, _ = trained_demo
+    ckpt = osp.join(work_dir, 'epoch_2.pth')
+    image = sorted(glob.glob(osp.join(demo_data, 'val', '*')))[0]
+    out = check_ok(run([PYTHON, READER, stock_config, ckpt, image, str(tmp_path)], cwd='/'))
+    report = json.loads(out.split('report ', 1)[1].splitlines()[0])
+    assert report['mmddp_ext_imported'] is False
+    # what the training dataset had, as our own loader gives it back; MMPose's init_model
+    # finds no dataset_meta in the checkpoint and parses the config's metainfo, which lacks
+    # only the category list the dataset read from its annotation file (unused by inference)
+    trained = load_checkpoint_file(ckpt)['meta']['dataset_meta']
+    assert set(trained) - set(report['dataset_meta_kinds']) == {'CLASSES'}
+    trained = {k: v for k, v in trained.items() if k != 'CLASSES'}
+    assert report['dataset_meta_kinds'] == {k: _kind(v) for k, v in trained.items()}
+    assert report['dataset_meta'] == _plain(trained)
+    assert report['state_dict_equal'] is True
+    assert report['keypoints_shape'] == [1, trained['num_keypoints'], 2]
+    assert report['inferencer_people'] == 1
+    images = {name: size for name, size in report['written'].items() if _is_image(name)}
+    assert 'init_model_vis.jpg' in images and any(n.startswith('inferencer/') for n in images)
+    assert all(size > 0 for size in images.values()), images
+
+
+def test_mmpose_tools_test_py_gives_the_metrics_our_validation_logged(trained_demo, stock_config,
+                                                                      demo_data, tmp_path):
+    """MMPose's ``tools/test.py --dump --show-dir`` on our checkpoint: the same COCO metrics as
+    our run's validation of that epoch, every prediction dumped, every image drawn."""
+    import mmpose
+    work_dir, log = trained_demo
+    test_py = osp.join(osp.dirname(mmpose.__file__), '.mim', 'tools', 'test.py')
+    dump = tmp_path / 'predictions.pkl'
+    out = check_ok(
+        run([
+            PYTHON, test_py, stock_config,
+            osp.join(work_dir, 'epoch_2.pth'), '--work-dir',
+            str(tmp_path / 'w'), '--dump',
+            str(dump), '--show-dir', 'vis'
+        ], cwd='/'))
+    assert 'mmddp_ext' not in out
+    ours, stock = _epoch_metrics(log, 2), dict(METRIC.findall(out))
+    assert ours and stock == ours, (ours, stock)
+    with open(val_json := osp.join(demo_data, 'annotations', 'val.json')) as f:
+        images = len(json.load(f)['images'])
+    with open(dump, 'rb') as f:
+        assert len(pickle.load(f)) == images, val_json
+    drawn = [p for p in glob.glob(str(tmp_path / 'w' / '*' / 'vis' / '*')) if _is_image(p)]
+    assert len(drawn) == images and all(osp.getsize(p) > 0 for p in drawn), drawn
