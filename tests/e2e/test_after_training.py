@@ -18,7 +18,11 @@ from mmddp_ext.checkpoint import load_checkpoint_file
 from conftest import DEMO_CONFIG, PYTHON, ROOT, check_ok, demo_options, run
 
 READER = osp.join(ROOT, 'tests', 'helpers', 'stock_pose_reader.py')
+DET_READER = osp.join(ROOT, 'tests', 'helpers', 'stock_det_reader.py')
+DET_CONFIG = osp.join(ROOT, 'configs', 'examples', 'mmdet',
+                      'retinanet_r18_fpn_1xb4-12e_demo-det-128.py')
 METRIC = re.compile(r'(coco/[^:]+): (-?[0-9.]+)')
+DET_METRIC = re.compile(r'(coco/bbox_[^:]+): (-?[0-9.]+)')
 
 
 def _value(text: str):
@@ -28,18 +32,26 @@ def _value(text: str):
         return text
 
 
+def _stock(config: str, options, path: str) -> str:
+    """``config`` with ``--cfg-options`` ``options`` applied, as a colleague would have it:
+    without our ``custom_imports`` and ``runner_type``."""
+    cfg = Config.fromfile(config)
+    cfg.merge_from_dict({k: _value(v) for k, v in (o.split('=', 1) for o in options)})
+    for ours in ('custom_imports', 'runner_type'):
+        cfg.pop(ours)
+    cfg.dump(path)
+    with open(path) as f:
+        text = f.read()
+    assert 'mmddp_ext' not in text and 'DDPRunner' not in text
+    return path
+
+
 @pytest.fixture(scope='module')
 def stock_config(demo_data, tmp_path_factory) -> str:
     """The demo config with the options the trained run had, without our two lines."""
     options = demo_options(demo_data, max_epochs=2, validate=True)[1:]
-    cfg = Config.fromfile(DEMO_CONFIG)
-    cfg.merge_from_dict({k: _value(v) for k, v in (o.split('=', 1) for o in options)})
-    for ours in ('custom_imports', 'runner_type'):
-        cfg.pop(ours)
-    path = str(tmp_path_factory.mktemp('stock') / 'td-hm_res18_demo_stock.py')
-    cfg.dump(path)
-    assert 'mmddp_ext' not in open(path).read() and 'DDPRunner' not in open(path).read()
-    return path
+    return _stock(DEMO_CONFIG, options,
+                  str(tmp_path_factory.mktemp('stock') / 'td-hm_res18_demo_stock.py'))
 
 
 def _epoch_metrics(log: str, epoch: int) -> dict:
@@ -112,3 +124,40 @@ def test_mmpose_tools_test_py_gives_the_metrics_our_validation_logged(trained_de
         assert len(pickle.load(f)) == images, val_json
     drawn = [p for p in glob.glob(str(tmp_path / 'w' / '*' / 'vis' / '*')) if _is_image(p)]
     assert len(drawn) == images and all(osp.getsize(p) > 0 for p in drawn), drawn
+
+
+@pytest.mark.slow
+def test_mmdetection_reads_our_retinanet_checkpoint_as_a_stock_one(tmp_path):
+    """Our RetinaNet example trained one epoch by our entry; then, without mmddp_ext,
+    ``init_detector`` gets the classes and palette as the dataset has them and the trained
+    weights, ``DetInferencer`` writes a drawn image and MMDetection's ``tools/test.py`` gives the
+    metrics our validation logged."""
+    import mmdet
+
+    from mmddp_ext.demo import make_demo_det_dataset
+    data = str(tmp_path / 'det')
+    make_demo_det_dataset(data, num_train=8, num_val=4, size=128, seed=0)
+    work = str(tmp_path / 'w')
+    # One epoch of warm-up scores every anchor near the prior (0.01), below the config's 0.05:
+    # a threshold of 0 keeps boxes, so both evaluations have predictions to score.
+    options = demo_options(data, max_epochs=1, validate=True, slim=False,
+                           **{'model.test_cfg.score_thr': '0.0'})
+    log = check_ok(run([PYTHON, 'tools/dist_train.py', DET_CONFIG, '--work-dir', work, *options]))
+    stock = _stock(DET_CONFIG, options[1:], str(tmp_path / 'retinanet_stock.py'))
+    ckpt = osp.join(work, 'epoch_1.pth')
+    image = sorted(glob.glob(osp.join(data, 'val', '*')))[0]
+    out = check_ok(run([PYTHON, DET_READER, stock, ckpt, image, str(tmp_path / 'o')], cwd='/'))
+    report = json.loads(out.split('report ', 1)[1].splitlines()[0])
+    assert report['mmddp_ext_imported'] is False and report['state_dict_equal'] is True
+    trained = load_checkpoint_file(ckpt)['meta']['dataset_meta']
+    assert report['dataset_meta_kinds'] == {k: type(v).__name__ for k, v in trained.items()}
+    assert report['dataset_meta'] == json.loads(json.dumps(trained))
+    assert report['predicted_boxes'] > 0
+    drawn = {n: size for n, size in report['written'].items() if n.startswith('vis/')}
+    assert drawn and all(size > 0 for size in drawn.values()), report['written']
+    test_py = osp.join(osp.dirname(mmdet.__file__), '.mim', 'tools', 'test.py')
+    tested = check_ok(
+        run([PYTHON, test_py, stock, ckpt, '--work-dir',
+             str(tmp_path / 't')], cwd='/'))
+    ours = dict(DET_METRIC.findall([ln for ln in log.splitlines() if 'Epoch(val)' in ln][-1]))
+    assert ours and dict(DET_METRIC.findall(tested)) == ours
