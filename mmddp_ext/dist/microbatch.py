@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from mmengine.registry import MODEL_WRAPPERS
 
-from ..memory.oom import is_oom_error, release_memory
+from ..memory.oom import is_oom_error, memory_reading, release_memory
 from ..utils.batch import batch_length, forward_loss, split_batch
 from ..utils.log import log_line
 from .agree import RanksOutOfMemoryError, ranks_out_of_memory
@@ -95,6 +95,8 @@ class MicrobatchDDP(torch.nn.Module):
         redone: How many times a step was redone.
         failed_micro_batch: The size of the micro-batch (or batch) that last ran out of
             memory on some rank; None while nothing did.
+        phase: The part of the step running now (``'backward of micro-batch 2/4'``), named
+            in the debug line after an out-of-memory error (``log_level='DEBUG'``).
     """
 
     def __init__(self, module: torch.nn.Module, broadcast_buffers: bool = False,
@@ -109,6 +111,7 @@ class MicrobatchDDP(torch.nn.Module):
         self.micro_batches = 1
         self.redone = 0
         self.failed_micro_batch: Optional[int] = None
+        self.phase = ''  # the part of the step running now, for the debug log
         self._pending: List[tuple] = []  # (batch, loss weight) of the current cycle
         self._done = 0  # pending batches whose gradients are in place
         self._saved_buffers: Optional[List[torch.Tensor]] = None
@@ -133,11 +136,13 @@ class MicrobatchDDP(torch.nn.Module):
             parts = split_batch(batch, self.micro_batches) if self.micro_batches > 1 else [batch]
             for number, part in enumerate(parts):
                 share = (batch_length(part) or length) / length
+                self.phase = f'forward of micro-batch {number + 1}/{len(parts)}'
                 with optim_wrapper.optim_context(self):
                     data = self.module.data_preprocessor(part, training=True)
                     losses = forward_loss(self.module, data)
                 loss, part_vars = self.module.parse_losses(losses)
                 last = index == len(self._pending) - 1 and number == len(parts) - 1
+                self.phase = f'backward of micro-batch {number + 1}/{len(parts)}'
                 self._backward(loss * (share * weight), optim_wrapper, count=last)
                 if index == len(self._pending) - 1:
                     for key, value in part_vars.items():
@@ -219,8 +224,9 @@ class MicrobatchDDP(torch.nn.Module):
         # finished an attempt another rank failed must not count it twice (the ranks would
         # then step the optimizer at different iterations and wait on each other)
         counted = optim_wrapper._inner_count
+        device = self.grads.flats[0].device if self.grads.flats else None
         while True:
-            error = None
+            error, before = None, memory_reading(device)
             try:
                 log_vars = self._run(optim_wrapper)
             except Exception as e:  # noqa: B902 - only out-of-memory errors are redone
@@ -234,7 +240,11 @@ class MicrobatchDDP(torch.nn.Module):
             optim_wrapper.zero_grad(set_to_none=False)
             optim_wrapper._inner_count = counted
             self._done = 0
-            release_memory()
+            release_memory(device)
+            log_line(
+                f'on_oom=microbatch: attempt at {self.micro_batches} micro-batch(es) per batch: '
+                f'{f"out of memory here in the {self.phase}" if error else "fitted here"}; '
+                f'before it: {before}; after the release: {memory_reading(device)}', logging.DEBUG)
             for saved, buffer in zip(self._saved_buffers, self.module.buffers()):
                 buffer.copy_(saved)
             self._redo(failed, max(batch_length(b) or 1 for b, _ in self._pending))

@@ -119,7 +119,7 @@ class Trials:
         finally:
             peak = read_peak(self.device) if measured else None
             self.optim_wrapper.zero_grad(set_to_none=not self.keep_grads)
-            release_memory()
+            release_memory(self.tensors)
         return StepOutcome(batch, ok, round(time.monotonic() - start, 3), peak)
 
     def fits(self, batch: int) -> bool:
@@ -131,7 +131,7 @@ class Trials:
     def close(self) -> None:
         """Drop everything the probe built, before the Runner builds its own."""
         self.net = self.model = self.optim_wrapper = self.samples = None
-        release_memory()
+        release_memory(self.tensors)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,92 @@
+"""Test-only: a real out-of-memory error raised in the backward of the demo pose model at a
+chosen module, while a sibling node of the same graph is queued (a residual block's
+``downsample`` shortcut: its backward runs first, the main branch waits beside it).
+
+Usage: ``python oom_sibling.py MODE MODULE DATA_ROOT`` with MODE ``trials`` (the finder's
+trial, :meth:`Trials.run`) or ``guard`` (``MicrobatchDDP.train_step`` in one process). After
+a warm-up step, a tensor hook on ``MODULE``'s output caps this process's address space at its
+size + 1 MiB when the backward reaches it, and stays capped; the step at ``BATCH`` then fails
+in torch's allocator for real. Prints ``report {json}``: the address space (``VmSize``) before
+the step, at the cap and after the product's release, where the failure was raised, and what
+ran next under the same cap (a trial at half the batch, or the guard's redone step).
+"""
+import json
+import resource
+import sys
+
+import torch
+from mmengine import Config
+from mmengine.registry import init_default_scope
+
+from mmddp_ext.memory.budget import apply_budget
+from mmddp_ext.runner.trials import Trials
+
+from tests.helpers.proc_status import proc_status
+
+ROOT = __file__.rsplit('/tests/', 1)[0]
+CONFIG = f'{ROOT}/configs/demo/td-hm_res18_1xb32-30e_demo-64x64.py'
+BATCH = 64
+MIB = 2**20
+
+
+def vm_size() -> int:
+    return proc_status('VmSize')['VmSize']
+
+
+def main(mode: str, module: str, data_root: str) -> None:
+    torch.set_num_threads(1)
+    cfg = Config.fromfile(CONFIG)
+    cfg.train_dataloader.dataset.data_root = data_root.rstrip('/') + '/'
+    if mode == 'guard':
+        cfg.model_wrapper_cfg = dict(type='MicrobatchDDP')
+    init_default_scope(cfg.get('default_scope', 'mmengine'))
+    apply_budget(100000, torch.device('cpu'))  # large blocks mapped on their own, as a budget does
+    trials = Trials(cfg, torch.device('cpu'), BATCH, 0)
+    assert trials.run(BATCH // 8).fits and trials.run(BATCH // 8).fits  # optimizer state, caches
+
+    seen = {'armed': False, 'forward_done': False, 'cap': None, 'optimizer_steps': 0}
+
+    def cap(grad):
+        if seen['armed']:
+            seen['armed'] = False
+            seen['cap'] = vm_size()
+            resource.setrlimit(resource.RLIMIT_AS, (seen['cap'] + MIB, resource.RLIM_INFINITY))
+
+    def on_output(mod, args, output):
+        if seen['armed']:
+            output.register_hook(cap)
+
+    def on_last_stage(mod, args, output):
+        if seen['armed']:  # the failing step's forward went through the backbone
+            seen['forward_done'] = True
+
+    def on_optimizer(optimizer, args, kwargs):
+        seen['optimizer_steps'] += 1
+
+    trials.model.get_submodule(module).register_forward_hook(on_output)
+    trials.model.backbone.layer4.register_forward_hook(on_last_stage)
+    trials.optim_wrapper.optimizer.register_step_pre_hook(on_optimizer)
+    before = vm_size()
+    seen['armed'] = True
+    report = dict(before=before)
+    if mode == 'trials':
+        report['fits'] = trials.run(BATCH).fits
+        report['after'] = vm_size()
+        report['optimizer_steps'] = seen['optimizer_steps']  # in the failed trial
+        report['half_fits'] = trials.run(BATCH // 2).fits
+    else:
+        net = trials.net
+        data = trials.collate(trials.samples[:BATCH])
+        try:
+            net.train_step(data, trials.optim_wrapper)
+            report['trained'] = True
+        except Exception as e:  # noqa: B902 - reported, the test reads it
+            report['trained'] = f'{type(e).__name__}: {e}'
+        report['after'] = vm_size()
+        report['micro_batches'] = net.micro_batches
+    report.update(cap=seen['cap'], forward_done=seen['forward_done'])
+    print('report ' + json.dumps(report), flush=True)
+
+
+if __name__ == '__main__':
+    main(*sys.argv[1:4])
