@@ -66,6 +66,7 @@ def record_failure(work_dir: str, rank: int, exc: BaseException,
                       traceback_file=osp.abspath(tb_path))
         if getattr(exc, 'oom_ranks', None) is not None:  # the ranks agreed: who ran out
             record['oom_ranks'] = list(exc.oom_ranks)
+            record['oom'] = True  # also the finder's NothingFitsError, raised after the trials
         record.update(exception_sites(exc))  # raised_at, user_at: file, line, source
         record.update(extra or {})
         if getattr(exc, 'ddp_param_names', None) is not None:  # set where the model was wrapped

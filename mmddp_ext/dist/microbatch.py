@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 from mmengine.registry import MODEL_WRAPPERS
 
+from ..memory.onednn import turn_off_onednn_after
 from ..memory.oom import is_oom_error, memory_reading, release_memory
 from ..utils.batch import batch_length, forward_loss, split_batch
 from ..utils.log import log_line
@@ -233,6 +234,7 @@ class MicrobatchDDP(torch.nn.Module):
                 if not is_oom_error(e):
                     raise
                 error = type(e).__name__
+                turn_off_onednn_after(e)  # else every redone micro-batch fails in oneDNN
             failed = ranks_out_of_memory(error is None)
             if not failed:
                 self._done = len(self._pending)

@@ -60,6 +60,10 @@ def _limit_address_space(nbytes: int) -> int:
     # more address space per batch size tried); without its cache every trial and step
     # starts from the same memory. Read by oneDNN when it first runs; a user's value wins.
     os.environ.setdefault('ONEDNN_PRIMITIVE_CACHE_CAPACITY', '0')
+    # oneDNN does not survive a failed allocation: its convolution kernels crashed (a
+    # segfault) or the thread could not create a primitive any more (mmddp_ext.memory.onednn);
+    # torch's own kernels allocate through torch's allocator, which raises a clean error
+    torch.backends.mkldnn.enabled = False
     vms = address_space_bytes()
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     limit = vms + nbytes
@@ -75,10 +79,11 @@ def apply_budget(budget_mib: Optional[int], device: torch.device) -> Optional[Bu
 
     On a CPU the budget is an address-space limit (``RLIMIT_AS`` = the process's size now + the
     budget), so torch's CPU allocator raises ``DefaultCPUAllocator: can't allocate memory`` once
-    it is used up. An existing, tighter limit (``ulimit -v``) is kept. Threads and processes
-    started later (dataloader workers) inherit the limit, measured from their own size. glibc
-    and oneDNN are set so that the address space follows the memory in use
-    (:func:`_limit_address_space`). On a GPU a budget caps this process's share of the device
+    it is used up; oneDNN is turned off under it (it crashes or stays broken when an allocation
+    fails: :mod:`mmddp_ext.memory.onednn`). An existing, tighter limit (``ulimit -v``) is
+    kept. Threads and processes started later (dataloader workers) inherit the limit, measured
+    from their own size. glibc and oneDNN are set so that the address space follows the memory
+    in use (:func:`_limit_address_space`). On a GPU a budget caps this process's share of the device
     (``torch.cuda.set_per_process_memory_fraction``), so the caching allocator raises
     ``torch.OutOfMemoryError`` above it; without one nothing is capped.
 
@@ -113,7 +118,7 @@ def apply_budget(budget_mib: Optional[int], device: torch.device) -> Optional[Bu
         'cpu', room, f'host memory (CPU run, no GPU measured): an address-space '
         f'limit of scaling.memory_budget_mib={budget_mib} MiB above the '
         f'process size{tighter}; other ranks on this host share the '
-        f'same RAM')
+        f'same RAM; torch\'s own CPU kernels, not oneDNN\'s')
 
 
 def held_bytes(device: torch.device) -> int:

@@ -17,7 +17,7 @@ import torch
 from mmengine.dist import broadcast_object_list, get_rank
 from mmengine.registry import init_default_scope
 
-from ..errors import ScalingError
+from ..errors import NothingFitsError
 from ..gpu import gpus
 from ..memory.budget import MARGIN, Budget, held_bytes
 from ..scaling.search import SearchResult, Trial, max_trials, search_max_batch
@@ -154,7 +154,7 @@ def find_max_batch(
         device: This rank's device.
 
     Raises:
-        ScalingError: when not even one sample per device fits.
+        NothingFitsError: when not even one sample per device fits (it names the ranks).
     """
     init_default_scope(cfg.get('default_scope', 'mmengine'))
     stored = cache_location(cfg, world_size, upper, device, budget_mib)
@@ -185,7 +185,8 @@ def find_max_batch(
 
     try:
         if not trials.fits(1):
-            raise ScalingError(_nothing_fits(trials.failed, budget, reserve, 'the warm-up step'))
+            raise NothingFitsError(
+                _nothing_fits(trials.failed, budget, reserve, 'the warm-up step'), trials.failed)
         held = held_bytes(device)
         log_line(
             'batch probe: '
@@ -196,7 +197,8 @@ def find_max_batch(
     finally:
         trials.close()
     if result.max_batch == 0:
-        raise ScalingError(_nothing_fits(trials.failed, budget, reserve, 'a trial'))
+        raise NothingFitsError(
+            _nothing_fits(trials.failed, budget, reserve, 'a trial'), trials.failed)
     log_line(
         'batch probe: '
         f'per-device batch {result.max_batch} fits on every rank ({len(result.trials)} trials, '

@@ -24,6 +24,7 @@ from ..dist.agree import ranks_out_of_memory
 from ..dist.wrapper import batchnorm_for_cpu
 from ..errors import ScalingError
 from ..gpu import gpus, physical, tensor_device
+from ..memory.onednn import turn_off_onednn_after
 from ..memory.oom import is_oom_error, release_memory
 from ..memory.peak import read_peak, reset_peak
 from ..utils.batch import forward_loss
@@ -116,6 +117,7 @@ class Trials:
             if not is_oom_error(e):
                 raise
             ok = False
+            turn_off_onednn_after(e)  # else every later trial fails in oneDNN
         finally:
             peak = read_peak(self.device) if measured else None
             self.optim_wrapper.zero_grad(set_to_none=not self.keep_grads)

@@ -162,6 +162,29 @@ def test_agreed_out_of_memory_names_the_rank_that_ran_out_with_its_memory(tmp_pa
     assert 'then: rank 0 RanksOutOfMemoryError (agreed to stop: it did not run out itself)' in text
 
 
+def test_the_finder_that_found_nothing_names_the_rank_that_ran_out(tmp_path):
+    """The finder's warm-up ran out of memory on rank 1 only; every rank stops with the same
+    NothingFitsError, rank 0 first: the diagnosis names rank 1 with its memory."""
+    import pickle
+
+    from mmddp_ext.errors import NothingFitsError
+    work = str(tmp_path)
+    message = 'not even a per-device batch of 1 fits on rank(s) [1] (the warm-up step ran out'
+    for rank, rss in ((0, 111 * 2**20), (1, 999 * 2**20)):
+        record_failure(work, rank, _raise(NothingFitsError(message, [1])),
+                       dict(plan=PLAN, memory=dict(now=dict(rss=rss, peak_rss=rss))))
+    records = read_failures(work)
+    assert [r['rank'] for r in records] == [0, 1]  # rank 0 wrote first
+    assert all(r['oom'] and r['oom_ranks'] == [1] for r in records)
+    text = summarize(work, ranks={}, launch=[])
+    assert 'first failing rank: 1' in text
+    assert 'out of memory on rank 1' in text and 'out of memory on rank 0' not in text
+    assert 'host RSS 999 MiB' in text and '111 MiB' not in text
+    assert 'then: rank 0 NothingFitsError (agreed to stop: it did not run out itself)' in text
+    back = pickle.loads(pickle.dumps(NothingFitsError(message, [1])))
+    assert back.oom_ranks == [1] and str(back) == message
+
+
 def test_ranks_out_of_memory_error_survives_pickling():
     import pickle
 

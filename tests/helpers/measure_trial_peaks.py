@@ -6,7 +6,8 @@ the process's virtual size then (where ``tests.helpers.limit_rank`` measures its
 applies a loose budget (so glibc and oneDNN behave as under a real one), runs the finder's
 warm-up step and then one trial of the finder (holding the reserve a tight rank holds) at
 ``SMALL`` and then at ``LARGE`` per-device samples, reading the kernel's peak virtual size
-(``VmPeak``) after each. A test places a rank's limit between the two, so that
+(``VmPeak``) after each (and the virtual size once the trials' model is built, ``built``, and
+the peak of the warm-up step, ``warm_up``). A test places a rank's limit between the two, so that
 the limit binds on whatever machine the test runs.
 """
 import json
@@ -30,13 +31,16 @@ def main() -> None:
     init_default_scope(cfg.get('default_scope', 'mmengine'))
     # the reserve a tight rank holds during its trials (the minimum one on a CPU)
     trials = Trials(cfg, torch.device('cpu'), large, CPU_RESERVE_MIB * 2**20)
+    built = proc_status('VmSize')['VmSize']
     assert trials.fits(1), 'the warm-up step did not fit under a 64 GiB budget'
-    peaks = {}
+    peaks = dict(built=built, warm_up=proc_status('VmPeak')['VmPeak'])
     for batch in (small, large):
         assert trials.fits(batch), f'a trial at {batch} did not fit under a 64 GiB budget'
         peaks[batch] = proc_status('VmPeak')['VmPeak']
     with open(out, 'w') as f:
-        json.dump(dict(at_import=at_import, small=peaks[small], large=peaks[large]), f)
+        json.dump(
+            dict(at_import=at_import, built=peaks['built'], warm_up=peaks['warm_up'],
+                 small=peaks[small], large=peaks[large]), f)
 
 
 if __name__ == '__main__':
