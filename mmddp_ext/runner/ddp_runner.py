@@ -31,6 +31,7 @@ from ..memory.budget import apply_budget
 from ..scaling.apply import CheckedScaling, apply_plan, check_scaling, plan_for_config
 from ..scaling.config import ScalingConfig
 from ..utils.io import move_into_place
+from ..utils.log import log_line
 from ..utils.quiet import quiet_logger, quiet_warnings
 from .config_text import TextOnceConfig
 from .resumable_loop import resumable_loop_cfg
@@ -97,6 +98,8 @@ def _measure(cfg: Any, checked: CheckedScaling,
     device = rank_device()
     budget = apply_budget(scaling.memory_budget_mib, device)
     if not scaling.probe:
+        if budget is not None:  # the finder says it in its own first line
+            log_line(f'memory budget: {budget.how}', rank0_only=True)
         return None, None, None
     from .batch_finder import find_max_batch
 

@@ -14,6 +14,7 @@ from mmddp_ext.memory.budget import apply_budget
 torch.set_num_threads(1)                                   # before the limit: no pool grows
 torch.set_num_interop_threads(1)
 threads = (torch.get_num_threads(), torch.get_num_interop_threads())
+mkldnn_before = torch.backends.mkldnn.enabled
 vms = psutil.Process().memory_info().vms
 resource.setrlimit(resource.RLIMIT_AS, (vms + 400 * 2 ** 20, resource.RLIM_INFINITY))
 budget = apply_budget(2000, torch.device('cpu'))          # looser than the existing limit
@@ -26,7 +27,8 @@ except RuntimeError as e:
 small = torch.ones(10 * 2 ** 20, dtype=torch.uint8).sum().item()  # within it: fine
 print(json.dumps(dict(room=budget.nbytes, how=budget.how, soft_over_vms=soft - vms,
                       raised=raised, small=small, threads=threads,
-                      onednn=os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY'))))
+                      onednn=os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY'),
+                      mkldnn=[mkldnn_before, torch.backends.mkldnn.enabled])))
 '''
 
 
@@ -43,3 +45,5 @@ def test_cpu_budget_keeps_a_tighter_limit_and_fails_for_real():
     assert "can't allocate memory" in got['raised']
     assert got['small'] == 10 * 2**20
     assert got['onednn'] == '0'
+    assert got['mkldnn'] == [True, False]  # torch's own convolutions under the budget
+    assert "torch's own CPU kernels, not oneDNN's" in got['how']
