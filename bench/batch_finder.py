@@ -14,7 +14,7 @@ For each: the finder's own time and trial count (from its log line), the time to
 training iteration, the median iteration time and per-rank peak RSS. Writes
 ``bench/results/batch_finder.json``.
 
-Usage: ``python bench/batch_finder.py [--epochs 3] [--reps 2]``
+Usage: ``python bench/batch_finder.py [--epochs 3] [--reps 2] [--only VARIANT ...]``
 """
 import argparse
 import os.path as osp
@@ -73,9 +73,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--epochs', type=int, default=3)
     parser.add_argument('--reps', type=int, default=2)
+    parser.add_argument('--only', nargs='+', metavar='VARIANT',
+                        help='run only these variants (results: batch_finder_<variants>.json)')
     args = parser.parse_args()
     data = demo_data(num_train=128)
     table = variants(data, args.epochs)
+    unknown = sorted(set(args.only or ()) - set(table))
+    if unknown:
+        parser.error(f'unknown variant(s) {unknown}: choose from {sorted(table)}')
+    table = {k: v for k, v in table.items() if not args.only or k in args.only}
     runs = {name: [] for name in table}
     for _ in range(args.reps):
         tight_work = tempfile.mkdtemp(prefix='mmddp_tight_')
@@ -83,11 +89,11 @@ def main() -> None:
             work = tight_work if name.startswith('auto_') else tempfile.mkdtemp(
                 prefix=f'mmddp_{name}_')
             runs[name].append(run_once(name, spec, work))
-    on = [r['iter_time']['median'] for r in runs['microbatch_on']]
-    off = [r['iter_time']['median'] for r in runs['microbatch_off']]
+    on = [r['iter_time']['median'] for r in runs.get('microbatch_on', [])]
+    off = [r['iter_time']['median'] for r in runs.get('microbatch_off', [])]
     summary = dict(microbatch_iter_ratio=spread([a / b for a, b in zip(on, off) if a and b]))
-    print(
-        save('batch_finder', dict(runs=runs, summary=summary, epochs=args.epochs, reps=args.reps)))
+    name = 'batch_finder' + ''.join(f'_{k}' for k in table if args.only)
+    print(save(name, dict(runs=runs, summary=summary, epochs=args.epochs, reps=args.reps)))
 
 
 if __name__ == '__main__':

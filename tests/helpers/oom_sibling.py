@@ -42,7 +42,10 @@ def main(mode: str, module: str, data_root: str) -> None:
     init_default_scope(cfg.get('default_scope', 'mmengine'))
     apply_budget(100000, torch.device('cpu'))  # large blocks mapped on their own, as a budget does
     trials = Trials(cfg, torch.device('cpu'), BATCH, 0)
-    assert trials.run(BATCH // 8).fits and trials.run(BATCH // 8).fits  # optimizer state, caches
+    # optimizer state, caches, and the high-water mark a step at BATCH leaves where it fits
+    # (torch's own CPU kernels under a budget keep one: 82 MiB at 64 samples, as after any
+    # such step): the failed step is compared with a step that fitted
+    assert trials.run(BATCH // 8).fits and trials.run(BATCH).fits
 
     seen = {'armed': False, 'forward_done': False, 'cap': None, 'optimizer_steps': 0}
 
@@ -83,7 +86,7 @@ def main(mode: str, module: str, data_root: str) -> None:
         except Exception as e:  # noqa: B902 - reported, the test reads it
             report['trained'] = f'{type(e).__name__}: {e}'
         report['after'] = vm_size()
-        report['micro_batches'] = net.micro_batches
+        report.update(micro_batches=net.micro_batches, batch=BATCH)
     report.update(cap=seen['cap'], forward_done=seen['forward_done'])
     print('report ' + json.dumps(report), flush=True)
 
