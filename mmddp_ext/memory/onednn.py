@@ -1,18 +1,11 @@
 """oneDNN after an out-of-memory error: what freeing memory does not repair.
 
-When oneDNN (torch's CPU convolutions) fails to create a primitive because memory ran out
-(``RuntimeError: could not create a primitive`` under an address-space limit), the thread that
-asked stays unable to create one: every later convolution on it raises the same error, at any
-size, with the memory back and even with the limit lifted; a new thread, or torch's own
-kernels (``torch.backends.mkldnn.enabled = False``), convolve again (measured on torch 2.14.1:
-docs/memory.md, 'What a failed step leaves behind'). A training step redone in smaller
-micro-batches, or the finder's next trial, would then fail at every size; and a kernel may
-crash instead (a segfault in a brgemm convolution after a failed allocation). So under
-``scaling.memory_budget_mib`` oneDNN is off from the start
-(:func:`mmddp_ext.memory.budget.apply_budget`), and under a limit of the user's own
-(``ulimit -v``) it is turned off after its first such failure: the process goes on with torch's
-own kernels (slower: 1.5-2.9x for a ResNet-18 step on a CPU), said once. GPUs are not
-concerned (their convolutions are cuDNN's).
+After oneDNN (torch's CPU convolutions) failed to create a primitive for want of memory, the
+thread stays unable to create one, even with the memory back and the limit lifted; its kernels
+can also segfault after a failed allocation (docs/memory.md, 'What a failed step leaves behind').
+Under ``scaling.memory_budget_mib`` oneDNN is off from the start (``apply_budget``); under a
+limit of the user's own (``ulimit -v``) :func:`turn_off_onednn_after` turns it off after its
+first such failure. GPUs are not concerned (cuDNN).
 """
 import logging
 from typing import Optional
