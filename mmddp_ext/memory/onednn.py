@@ -11,18 +11,9 @@ import logging
 from typing import Optional
 
 from ..utils.log import log_line
+from .oom import exception_chain
 
 PRIMITIVE_FAILURE = 'could not create a primitive'
-
-
-def _failed_in_onednn(exc: Optional[BaseException]) -> bool:
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if PRIMITIVE_FAILURE in str(exc):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
 
 
 def turn_off_onednn_after(exc: Optional[BaseException]) -> bool:
@@ -37,7 +28,8 @@ def turn_off_onednn_after(exc: Optional[BaseException]) -> bool:
     """
     import torch
 
-    if not _failed_in_onednn(exc) or not torch.backends.mkldnn.enabled:
+    failed_in_onednn = any(PRIMITIVE_FAILURE in str(e) for e in exception_chain(exc))
+    if not failed_in_onednn or not torch.backends.mkldnn.enabled:
         return False
     torch.backends.mkldnn.enabled = False
     log_line(

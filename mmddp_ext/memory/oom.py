@@ -8,7 +8,7 @@ docs/memory.md, 'When a rank runs out of memory'.
 """
 import re
 import resource
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Iterator, Mapping, Optional, Tuple
 
 from ..utils.units import BYTES_PER_UNIT, GIB, MIB, format_mib
 from .budget import MARGIN
@@ -42,20 +42,25 @@ def is_oom(exc_type: str, message: str, address_space_limited: bool = False) -> 
     return any(p.lower() in text for p in patterns)
 
 
+def exception_chain(exc: Optional[BaseException]) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from (``__cause__``, else ``__context__``),
+    each once."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
 def is_oom_error(exc: BaseException) -> bool:
     """Whether ``exc`` (or an exception it was raised from) is an out-of-memory error; the
     address-space limit is read now, so call it where the error was raised."""
     limited = address_space_limit() is not None
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, MemoryError) or any(c.__name__ == 'OutOfMemoryError'
-                                               for c in type(exc).__mro__):
-            return True
-        if is_oom(type(exc).__name__, str(exc), limited):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
+    return any(
+        isinstance(e, MemoryError) or any(
+            c.__name__ == 'OutOfMemoryError'
+            for c in type(e).__mro__) or is_oom(type(e).__name__, str(e), limited)
+        for e in exception_chain(exc))
 
 
 def drop_stale_backward_work(device: Any = None) -> None:

@@ -3,6 +3,8 @@
 import json
 import os.path as osp
 
+import pytest
+
 import mmddp_ext.diagnose.records as record_module
 from mmddp_ext.diagnose import summarize
 from mmddp_ext.diagnose.records import read_failures, record_failure
@@ -143,13 +145,24 @@ def test_the_waiting_rank_that_raised_when_its_peer_left_is_not_named():
     assert 'rank 0 waited in a collective, until its peer went away' in text
 
 
-def test_agreed_out_of_memory_names_the_rank_that_ran_out_with_its_memory(tmp_path):
-    """Every rank raises when the ranks agree that rank 1 ran out; rank 0 happens to write
-    first. The diagnosis names rank 1, with rank 1's memory, and says rank 0 only agreed."""
+def _agreed_errors():
     from mmddp_ext.dist.agree import RanksOutOfMemoryError
+    from mmddp_ext.errors import NothingFitsError
+    return [
+        RanksOutOfMemoryError('out of memory on rank(s) [1] even with micro-batches', [1]),
+        # the finder's warm-up ran out of memory on rank 1 only
+        NothingFitsError(
+            'not even a per-device batch of 1 fits on rank(s) [1] (the warm-up step ran out', [1])
+    ]
+
+
+@pytest.mark.parametrize('error', _agreed_errors(), ids=lambda e: type(e).__name__)
+def test_agreed_out_of_memory_names_the_rank_that_ran_out_with_its_memory(tmp_path, error):
+    """Every rank raises the same error when the ranks agree that rank 1 ran out (the guard's
+    RanksOutOfMemoryError, the finder's NothingFitsError); rank 0 happens to write first. The
+    diagnosis names rank 1, with rank 1's memory, and says rank 0 only agreed."""
     work = str(tmp_path)
     for rank, rss in ((0, 111 * 2**20), (1, 999 * 2**20)):
-        error = RanksOutOfMemoryError('out of memory on rank(s) [1] even with micro-batches', [1])
         record_failure(work, rank, _raise(error),
                        dict(plan=PLAN, memory=dict(now=dict(rss=rss, peak_rss=rss))))
     records = read_failures(work)
@@ -159,28 +172,15 @@ def test_agreed_out_of_memory_names_the_rank_that_ran_out_with_its_memory(tmp_pa
     assert 'first failing rank: 1' in text
     assert 'out of memory on rank 1' in text and 'out of memory on rank 0' not in text
     assert 'host RSS 999 MiB' in text and '111 MiB' not in text
-    assert 'then: rank 0 RanksOutOfMemoryError (agreed to stop: it did not run out itself)' in text
+    assert (f'then: rank 0 {type(error).__name__} (agreed to stop: it did not run out itself)'
+            in text)
 
 
-def test_the_finder_that_found_nothing_names_the_rank_that_ran_out(tmp_path):
-    """The finder's warm-up ran out of memory on rank 1 only; every rank stops with the same
-    NothingFitsError, rank 0 first: the diagnosis names rank 1 with its memory."""
+def test_nothing_fits_error_survives_pickling():
     import pickle
 
     from mmddp_ext.errors import NothingFitsError
-    work = str(tmp_path)
     message = 'not even a per-device batch of 1 fits on rank(s) [1] (the warm-up step ran out'
-    for rank, rss in ((0, 111 * 2**20), (1, 999 * 2**20)):
-        record_failure(work, rank, _raise(NothingFitsError(message, [1])),
-                       dict(plan=PLAN, memory=dict(now=dict(rss=rss, peak_rss=rss))))
-    records = read_failures(work)
-    assert [r['rank'] for r in records] == [0, 1]  # rank 0 wrote first
-    assert all(r['oom'] and r['oom_ranks'] == [1] for r in records)
-    text = summarize(work, ranks={}, launch=[])
-    assert 'first failing rank: 1' in text
-    assert 'out of memory on rank 1' in text and 'out of memory on rank 0' not in text
-    assert 'host RSS 999 MiB' in text and '111 MiB' not in text
-    assert 'then: rank 0 NothingFitsError (agreed to stop: it did not run out itself)' in text
     back = pickle.loads(pickle.dumps(NothingFitsError(message, [1])))
     assert back.oom_ranks == [1] and str(back) == message
 

@@ -19,19 +19,14 @@ import resource
 import sys
 
 import torch
-from mmengine import Config
-from mmengine.registry import init_default_scope
 
 import mmddp_ext.dist.microbatch as microbatch
 import mmddp_ext.runner.trials as trials_module
-from mmddp_ext.memory.budget import apply_budget
 from mmddp_ext.memory.onednn import PRIMITIVE_FAILURE
-from mmddp_ext.runner.trials import Trials
 
+from tests.helpers.demo_trials import demo_trials
 from tests.helpers.proc_status import proc_status
 
-ROOT = __file__.rsplit('/tests/', 1)[0]
-CONFIG = f'{ROOT}/configs/demo/td-hm_res18_1xb32-30e_demo-64x64.py'
 BATCH = 32
 MIB = 2**20
 messages = []
@@ -58,16 +53,9 @@ def limit(room):
 
 def main(mode: str, data_root: str, onednn: str = 'on') -> None:
     faulthandler.enable()  # a native crash under the limit shows where
-    torch.set_num_threads(1)
-    cfg = Config.fromfile(CONFIG)
-    cfg.train_dataloader.dataset.data_root = data_root.rstrip('/') + '/'
-    if mode == 'guard':
-        cfg.model_wrapper_cfg = dict(type='MicrobatchDDP')
-    init_default_scope(cfg.get('default_scope', 'mmengine'))
-    apply_budget(100000, torch.device('cpu'))  # large blocks mapped on their own, as a budget does
+    trials = demo_trials(data_root, BATCH, mode == 'guard')
     # a budget turns oneDNN off; a limit of the user's own (``ulimit -v``) leaves it on
     torch.backends.mkldnn.enabled = onednn == 'on'
-    trials = Trials(cfg, torch.device('cpu'), BATCH, 0)
     assert trials.run(BATCH // 8).fits and trials.run(BATCH).fits  # optimizer state, caches
     trials_module.is_oom_error = _spy(trials_module.is_oom_error)
     microbatch.is_oom_error = _spy(microbatch.is_oom_error)

@@ -14,17 +14,9 @@ import json
 import resource
 import sys
 
-import torch
-from mmengine import Config
-from mmengine.registry import init_default_scope
-
-from mmddp_ext.memory.budget import apply_budget
-from mmddp_ext.runner.trials import Trials
-
+from tests.helpers.demo_trials import demo_trials
 from tests.helpers.proc_status import proc_status
 
-ROOT = __file__.rsplit('/tests/', 1)[0]
-CONFIG = f'{ROOT}/configs/demo/td-hm_res18_1xb32-30e_demo-64x64.py'
 BATCH = 64
 MIB = 2**20
 
@@ -34,14 +26,7 @@ def vm_size() -> int:
 
 
 def main(mode: str, module: str, data_root: str) -> None:
-    torch.set_num_threads(1)
-    cfg = Config.fromfile(CONFIG)
-    cfg.train_dataloader.dataset.data_root = data_root.rstrip('/') + '/'
-    if mode == 'guard':
-        cfg.model_wrapper_cfg = dict(type='MicrobatchDDP')
-    init_default_scope(cfg.get('default_scope', 'mmengine'))
-    apply_budget(100000, torch.device('cpu'))  # large blocks mapped on their own, as a budget does
-    trials = Trials(cfg, torch.device('cpu'), BATCH, 0)
+    trials = demo_trials(data_root, BATCH, mode == 'guard')
     # optimizer state, caches, and the high-water mark a step at BATCH leaves where it fits
     # (torch's own CPU kernels under a budget keep one: 82 MiB at 64 samples, as after any
     # such step): the failed step is compared with a step that fitted
