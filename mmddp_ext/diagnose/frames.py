@@ -8,6 +8,7 @@ stays JSON. Library code is what :mod:`mmddp_ext.diagnose.stacks` skips when it 
 line (installed packages, the standard library) plus this package itself: the runner's loop
 is never the line to fix.
 """
+import os
 import os.path as osp
 import re
 import traceback
@@ -16,7 +17,7 @@ from typing import Dict, List, Optional
 
 from .stacks import LIBRARY_MARKERS
 
-_PACKAGE = osp.dirname(osp.abspath(__file__)) + osp.sep
+_PACKAGE = osp.dirname(osp.dirname(osp.abspath(__file__))) + osp.sep  # mmddp_ext/, all of it
 # "  File "/x/y.py", line 12, in forward" of a traceback printed as text (a DataLoader worker's)
 _TB_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
 
@@ -82,21 +83,28 @@ def _is_model_library(path: str) -> bool:
 
 def exception_sites(exc: BaseException) -> Dict[str, Optional[str]]:
     """:func:`raise_sites` of an exception (for a DataLoader worker's error re-raised in the
-    main process, the worker's own frames, from the traceback text it carries), and
-    ``input_file``: the data file it was reading, if one is named (:func:`input_file`)."""
+    main process, the worker's own frames, from the traceback text it carries),
+    ``input_file``: the data file it was reading, if one is named (:func:`input_file`), and
+    ``input_missing``: whether that file does not exist (as the rank sees it, from its working
+    directory ``cwd``)."""
     frames = frames_of(exc.__traceback__)
     if frames and frames[-1]['file'].startswith(_PACKAGE) and exc.__cause__ is not None:
         frames = frames_of(exc.__cause__.__traceback__) or frames  # we only re-worded it
     worker = frames_in_text(str(exc)) if WORKER in str(exc) else []
-    return dict(raise_sites(worker or frames), input_file=input_file(exc))
+    path = input_file(exc)
+    return dict(
+        raise_sites(worker or frames), input_file=path, input_missing=path is not None
+        and not osp.exists(path), cwd=os.getcwd())
 
 
 WORKER = 'Original Traceback'  # what a DataLoader worker's error carries into the main process
 DATA_SUFFIXES = ('.json', '.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp', '.gif', '.txt',
                  '.csv', '.xml', '.pkl', '.npy', '.npz', '.h5', '.mat', '.yaml', '.yml')
+# a path as a message quotes it, absolute or relative: from the start of the text or after a
+# space, quote, bracket or '=', up to a data file's suffix followed by the end of the path
 _PATH_IN_TEXT = re.compile(
-    r"(?P<path>(?:[A-Za-z]:)?[\\/][^\s`'\"]+?(?:%s))(?=[\s`'\":,.)]|$)" %
-    '|'.join(re.escape(s) for s in DATA_SUFFIXES), re.IGNORECASE)
+    r"(?:^|(?<=[\s`'\"(\[=]))(?P<path>(?:[A-Za-z]:)?[^\s`'\"()\[\]=]+?(?:%s))"
+    r"(?=[\s`'\":,.)\]]|$)" % '|'.join(re.escape(s) for s in DATA_SUFFIXES), re.IGNORECASE)
 
 
 def worker_error_line(message: str) -> str:
@@ -141,18 +149,28 @@ def raise_site_lines(record: Dict) -> List[str]:
     lines = []
     path = record.get('input_file')
     if path:
-        what = ('the annotation file does not parse or lacks what the dataset reads' if
-                path.lower().endswith(('.json', '.xml', '.txt', '.csv', '.pkl', '.yaml',
-                                       '.yml')) else 'the file is corrupt, truncated or unreadable')
-        lines += [
-            f'  input file: {path} (rank {record.get("rank")}, host {record.get("host")})',
-            f'  fix: {what}: replace it with a good copy (is the copy on this node '
-            'complete?), or remove it and its entry from the annotations'
-        ]
+        lines.append(f'  input file: {path} (rank {record.get("rank")}, host {record.get("host")})')
+        lines.append(
+            _missing_fix(path, record) if record.get('input_missing') else
+            f'  fix: {_corrupt_what(path)}: replace it with a good copy (is the copy '
+            'on this node complete?), or remove it and its entry from the annotations')
     if record.get('raised_at'):
         lines.append(f'  raised at {frame_text(record["raised_at"])}')
     mine = record.get('user_at')
-    if mine:
+    if mine and not mine['file'].startswith(_PACKAGE):  # ours is never the line to fix
         whose = 'outside torch and MMEngine' if is_library(mine['file']) else 'your code'
         lines.append(f'  from {whose}: {frame_text(mine)}')
     return lines
+
+
+def _corrupt_what(path: str) -> str:
+    if path.lower().endswith(('.json', '.xml', '.txt', '.csv', '.pkl', '.yaml', '.yml')):
+        return 'the annotation file does not parse or lacks what the dataset reads'
+    return 'the file is corrupt, truncated or unreadable'
+
+
+def _missing_fix(path: str, record: Dict) -> str:
+    where = '' if osp.isabs(path) else (f' (a relative path: read from the rank\'s working '
+                                        f'directory {record.get("cwd") or "?"})')
+    return (f'  fix: no such file on this node{where}: check the path in the config '
+            '(data_root + ann_file or data_prefix), or copy the data to this node')

@@ -14,15 +14,15 @@ signal: Terminated", before it could save. Each worker here ignores the stop sig
 (:data:`STOP_SIGNALS`): its rank decides, stops after the iteration the ranks agree on, saves,
 and its workers end with it (the loader's shutdown, or the kernel's SIGKILL above).
 """
-import atexit
 import ctypes
 import functools
 import multiprocessing
+import multiprocessing.util
 import os
 import signal
 import sys
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional
 
 PR_SET_PDEATHSIG = 1
 # the signals that ask a job to stop (PreemptionHook's defaults): the rank's to act on
@@ -51,9 +51,10 @@ def die_with_parent(parent_pid: int) -> bool:
 
 def kill_workers() -> None:
     """SIGKILL this process's live daemonic children (its DataLoader workers) and reap them.
-    Registered at exit by :func:`tie_workers`: multiprocessing's own exit sends them SIGTERM
-    and joins them, which a worker that ignores the stop signals would hold (a rank that exits
-    on an exception keeps its loader's iterator, and so its workers, alive to the end).
+    Run at exit (:func:`tie_workers` registers it): multiprocessing's own exit sends them
+    SIGTERM and joins them, which a worker that ignores the stop signals would hold forever
+    (a rank keeps its loader's iterator, and so its workers, alive to the end: persistent
+    workers always, any loader's when the rank exits on an exception).
 
     torch's DataLoader sets a SIGCHLD handler in the main process that raises
     ``RuntimeError: DataLoader worker (pid …) is killed by signal: Killed`` for a worker that
@@ -71,9 +72,19 @@ def kill_workers() -> None:
         child.join()
 
 
-@functools.lru_cache(maxsize=None)
+_AT_EXIT_IN: List[int] = []  # the pid that registered it (a forked child inherits the list)
+
+
 def _kill_workers_at_exit() -> None:
-    atexit.register(kill_workers)  # once per process; runs before multiprocessing's own
+    """Register :func:`kill_workers` once per process, to run before multiprocessing stops and
+    joins the daemonic children. A multiprocessing finalizer, not ``atexit``: a rank that is
+    itself a multiprocessing child (``mmddp_ext.launch()``'s spawned workers, ``mp.spawn``)
+    ends with ``os._exit`` after multiprocessing's exit function, and never runs ``atexit``
+    handlers; a finalizer of priority >= 0 runs first in that function, which also runs at a
+    main process's exit."""
+    if _AT_EXIT_IN[-1:] != [os.getpid()]:
+        _AT_EXIT_IN.append(os.getpid())
+        multiprocessing.util.Finalize(None, kill_workers, exitpriority=100)
 
 
 def _no_init(worker_id: int) -> None:

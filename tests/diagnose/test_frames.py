@@ -4,8 +4,8 @@ the real ``record_failure`` and shown by the diagnosis."""
 import json
 
 from mmddp_ext.diagnose import summarize
-from mmddp_ext.diagnose.frames import (exception_sites, frames_in_text, input_file, raise_sites,
-                                       worker_error_line)
+from mmddp_ext.diagnose.frames import (exception_sites, frames_in_text, input_file,
+                                       raise_site_lines, raise_sites, worker_error_line)
 from mmddp_ext.diagnose.records import read_failures, record_failure
 
 USER = '''
@@ -123,3 +123,43 @@ def test_the_record_and_the_diagnosis_show_where_and_the_file(tmp_path):
     assert f"from your code: {path}:5 in parse: return json.loads(text)" in text
     assert f'input file: {bad} (rank 1, host ' in text
     assert 'fix: the annotation file does not parse' in text
+
+
+def test_a_missing_file_named_by_a_relative_path_is_shown_whole_with_the_fix(tmp_path, monkeypatch):
+    """MMPose's dataset asserts on an annotation file that does not exist, named relative to
+    the working directory: the diagnosis names the whole relative path, says that it does not
+    exist (not that it is corrupt) and where a relative path is read from."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / 'data' / 'demo_coco' / 'annotations').mkdir(parents=True)
+    error = AssertionError('Annotation file `data/demo_coco/annotations/nope.json`does not exist')
+    sites = exception_sites(error)
+    assert sites['input_file'] == 'data/demo_coco/annotations/nope.json'
+    assert sites['input_missing'] is True and sites['cwd'] == str(tmp_path)
+    work = str(tmp_path / 'w')
+    record_failure(work, 1, error)
+    text = summarize(work, ranks={}, launch=[])
+    assert 'input file: data/demo_coco/annotations/nope.json (rank 1, host ' in text
+    assert (f"fix: no such file on this node (a relative path: read from the rank's working "
+            f"directory {tmp_path}): check the path in the config") in text
+    assert 'corrupt' not in text and 'does not parse' not in text
+    # positive control: the same message about a file that exists is about its content
+    (tmp_path / 'data' / 'demo_coco' / 'annotations' / 'nope.json').write_text('{')
+    assert exception_sites(error)['input_missing'] is False
+
+
+def test_the_packages_own_frames_are_never_the_users_code():
+    """A raise deep in MMPose called from our runner: the runner's frame (mmddp_ext/runner/)
+    is library code, so the model's frame is named, not ours as "your code"."""
+    import mmddp_ext.runner.ddp_runner as ours
+    frames = [
+        dict(file='/home/me/tools/dist_train.py', line=3, func='<module>', source='main()'),
+        dict(file=ours.__file__, line=50, func='build_train_loop', source='loop = ...'),
+        dict(file='/x/site-packages/mmpose/datasets/base.py', line=9, func='load_data_list',
+             source='assert exists(ann_file)'),
+        dict(file='/x/site-packages/mmengine/fileio/io.py', line=7, func='exists',
+             source='raise AssertionError'),
+    ]
+    assert raise_sites(frames)['user_at'] == frames[2]
+    # a record that names our frame anyway (written by an older version) does not show it
+    lines = raise_site_lines(dict(raised_at=frames[3], user_at=frames[1]))
+    assert lines == [f'  raised at {frames[3]["file"]}:7 in exists: raise AssertionError']

@@ -5,14 +5,18 @@ import math
 import os
 import os.path as osp
 import re
+import signal
+import subprocess
+import uuid
 
+import psutil
 import pytest
 from listening import assert_loopback_only, finish_watching_sockets, other_hostname_prefix
 
 from mmddp_ext.dist.launch import find_free_port
 
-from conftest import (DEMO_CONFIG, PYTHON, demo_options, finish, popen, read_records,
-                      recording_config, run)
+from conftest import (DEMO_CONFIG, PYTHON, ROOT, demo_options, demo_with_hooks, finish, popen,
+                      read_records, recording_config, run)
 
 pytestmark = pytest.mark.slow
 
@@ -149,12 +153,58 @@ def test_two_nodes_of_two_processes_on_loopback(demo_data, tmp_path):
     _assert_disjoint_and_complete(records, 4, demo_data)
 
 
+# the demo config's own DataLoader workers (2 per loader, persistent), which demo_options turns off
+OWN_WORKERS = {
+    f'{loader}.{key}': value
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')
+    for key, value in (('num_workers', '2'), ('persistent_workers', 'True'))
+}
+LAUNCH_BOUND = 300  # seconds: a launch that never returns is killed here, and the test fails
+
+
+def _job_processes(marker: str) -> list:
+    """The live processes started with ``MMDDP_TEST_JOB=marker`` in their environment: the
+    caller, the ranks and their DataLoader workers inherit it."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get('MMDDP_TEST_JOB') == marker and proc.status() != 'zombie':
+                found.append(f'{proc.pid} {" ".join(proc.cmdline())[:120]}')
+        except psutil.Error:  # gone meanwhile, or not ours to read
+            pass
+    return found
+
+
+def _launch_from_python(code: str, args, env, hostname_prefix=(), script: str = ''):
+    """Run ``code`` (or the file ``script``), which calls ``mmddp_ext.launch``, in a new Python
+    process under a job marker; ``(results, listening sockets)``, failing the test if the call
+    does not return within :data:`LAUNCH_BOUND` or leaves a process of the job behind."""
+    marker = uuid.uuid4().hex
+    program = [script] if script else ['-c', code]
+    proc = popen([*hostname_prefix, PYTHON, *program, *args], env=dict(env, MMDDP_TEST_JOB=marker))
+    try:
+        results, seen = finish_watching_sockets([proc], timeout=LAUNCH_BOUND)
+    except subprocess.TimeoutExpired:
+        left = _job_processes(marker)
+        for pid in (int(line.split()[0]) for line in left):
+            os.kill(pid, signal.SIGKILL)
+        pytest.fail(f'mmddp_ext.launch() did not return within {LAUNCH_BOUND} s; '
+                    f'processes of the job: {left}')
+    assert _job_processes(marker) == [], 'processes of the job left behind'
+    return results, seen
+
+
+def _result_line(out: str) -> str:
+    return out[out.rindex('RESULT ') + len('RESULT '):].splitlines()[0]
+
+
 def test_launch_api(hostname_prefix, demo_data, tmp_path):
-    """``mmddp_ext.launch()`` from Python, given a Config object and ``max_restarts=1``: rank 1
-    is killed in the agent's first attempt (``tests.helpers.kill_rank``), the agent restarts
-    the workers once, and then every worker returns 0; the caller's environment is as it was,
-    the data is split, the job listens on loopback only, and the config file dumped for the
-    workers is removed."""
+    """``mmddp_ext.launch()`` from Python, given a Config object and ``max_restarts=1``, with
+    the demo config's own DataLoader workers (2, persistent): rank 1 is killed in the agent's
+    first attempt (``tests.helpers.kill_rank``), the agent restarts the workers once, and then
+    every worker returns 0 and the call returns, with no process of the job left; the caller's
+    environment is as it was, the data is split, the job listens on loopback only, and the
+    config file dumped for the workers is removed."""
     work = str(tmp_path / 'w')
     rec = str(tmp_path / 'rec')
     tmp = tmp_path / 'tmp'
@@ -166,13 +216,12 @@ def test_launch_api(hostname_prefix, demo_data, tmp_path):
             'r = mmddp_ext.launch(cfg, nproc_per_node=2, max_restarts=1, '
             f'args=["--work-dir", {work!r}, *sys.argv[1:]]); '
             'print("RESULT", r, "|", "GLOO_SOCKET_IFNAME" in os.environ)')
-    results, seen = finish_watching_sockets([
-        popen(hostname_prefix + [PYTHON, '-c', code, *demo_options(demo_data, 1)],
-              env=dict(MMDDP_TEST_KILL_RANK='1', MMDDP_TEST_KILL_ATTEMPT='0', TMPDIR=str(tmp)))
-    ])
+    results, seen = _launch_from_python(
+        code, demo_options(demo_data, 1, **OWN_WORKERS),
+        dict(MMDDP_TEST_KILL_RANK='1', MMDDP_TEST_KILL_ATTEMPT='0', TMPDIR=str(tmp)),
+        hostname_prefix)
     assert_loopback_only(seen, results)
-    out = results[0][1]
-    result, env_changed = out[out.rindex('RESULT ') + len('RESULT '):].splitlines()[0].split(' | ')
+    result, env_changed = _result_line(results[0][1]).split(' | ')
     assert ast.literal_eval(result) == {0: 0, 1: 0}  # {local rank: return value}, any order
     assert env_changed == 'False'
     assert not list(tmp.glob('mmddp_launch_*.py'))  # the config file dumped for the workers
@@ -181,23 +230,80 @@ def test_launch_api(hostname_prefix, demo_data, tmp_path):
     # the first attempt failed (rank 1 killed): the ranks that trained are the agent's restart
     assert {r['env']['TORCHELASTIC_RESTART_COUNT'] for r in records.values()} == {'1'}
     _assert_disjoint_and_complete(records, 2, demo_data)
+    for r in records.values():  # they loaded with the config's own workers, alive at the end
+        assert r['num_workers'] == 2 and r['live_workers'] >= 2, r
+
+
+def _from_python_example() -> str:
+    """The Python block of docs/launching.md's '5. From Python', as written."""
+    with open(osp.join(ROOT, 'docs', 'launching.md')) as f:
+        text = f.read()
+    start = text.index('```python\n', text.index('**5. From Python**')) + len('```python\n')
+    return text[start:text.index('\n```', start)]
+
+
+def test_the_docs_from_python_example_runs_as_written(demo_data, tmp_path):
+    """docs/launching.md's example, saved as a script and run as the docs say (options after
+    it: the test data, one epoch, another work_dir), with the demo config's own DataLoader
+    workers: it prints each rank's 0 and returns, with no process of the job left behind."""
+    script = tmp_path / 'train_demo.py'
+    script.write_text(_from_python_example())
+    work = str(tmp_path / 'w')
+    results, _ = _launch_from_python(
+        '', ['--work-dir', work, *demo_options(demo_data, 1, **OWN_WORKERS)], {},
+        script=str(script))
+    rc, out = results[0]
+    assert rc == 0, out[-4000:]
+    assert ast.literal_eval(out.strip().splitlines()[-1]) == {0: 0, 1: 0}
+    assert osp.isfile(osp.join(work, 'epoch_1.pth'))
+
+
+def test_launch_api_failing_rank_with_workers(demo_data, tmp_path):
+    """A rank that raises at iteration 2, with the demo's own DataLoader workers alive on every
+    rank: ``launch()`` raises torch's ChildFailedError naming that rank's exit code, within the
+    bound, and no process of the job is left behind."""
+    cfg = demo_with_hooks(tmp_path, "dict(type='FaultHook', rank=1, at_iter=2, fault='raise')",
+                          ['fault_hook'])
+    code = ('import sys, mmddp_ext\n'
+            'from torch.distributed.elastic.multiprocessing.errors import ChildFailedError\n'
+            'try:\n'
+            f'    mmddp_ext.launch({cfg!r}, nproc_per_node=2, args=["--work-dir", '
+            f'{str(tmp_path / "w")!r}, *sys.argv[1:]])\n'
+            'except ChildFailedError as e:\n'
+            '    print("RESULT", {r: f.exitcode for r, f in e.failures.items()})\n')
+    results, _ = _launch_from_python(code, demo_options(demo_data, 1, **OWN_WORKERS), {})
+    out = results[0][1]
+    assert results[0][0] == 0, out[-4000:]
+    codes = ast.literal_eval(_result_line(out))
+    assert codes.get(1) == 1, out[-4000:]  # the rank that raised, with its exit code
+    assert 'injected fault on rank 1 at iteration 2' in out
 
 
 def test_failing_worker_is_named_in_the_last_lines(demo_data, tmp_path):
-    """Both ranks raise (a missing annotation file): the last lines name both and the error,
-    torchrun's report is not "<N/A>", the JSON launcher report points at the error file the
-    worker's @record wrote, and dist_train.sh removes its temporary folder."""
+    """Both ranks raise (a missing annotation file, its data_root relative to the working
+    directory, as the demo config's): the last lines name both, the error, the whole relative
+    path and the fix for a missing file (docs/launching.md's sample screen), never our runner as
+    "your code"; torchrun's report is not "<N/A>", the JSON launcher report points at the error
+    file the worker's @record wrote, and dist_train.sh removes its temporary folder."""
     report, tmp = str(tmp_path / 'launch.json'), tmp_path / 'tmp'
     tmp.mkdir()
+    root = osp.relpath(demo_data, ROOT) + '/'
     proc = run([
         'bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir',
         str(tmp_path / 'w'), *demo_options(
-            demo_data, 1, **{'train_dataloader.dataset.ann_file': 'annotations/nope.json'})
+            demo_data, 1, **{
+                'train_dataloader.dataset.data_root': root,
+                'train_dataloader.dataset.ann_file': 'annotations/nope.json'
+            })
     ], env=dict(MMDDP_LAUNCH_REPORT=report, TMPDIR=str(tmp)))
     assert proc.returncode == 1
-    tail = '\n'.join(proc.stdout.strip().splitlines()[-8:])
+    tail = '\n'.join(proc.stdout.strip().splitlines()[-10:])
     assert 'ranks 0, 1' in tail  # both raised the same: no rank is called the first
     assert 'AssertionError: Annotation file' in tail and 'nope.json' in tail  # mmpose's check
+    assert f'  input file: {root}annotations/nope.json (rank ' in tail
+    assert (f"  fix: no such file on this node (a relative path: read from the rank's working "
+            f"directory {ROOT}): check the path in the config") in tail
+    assert 'your code' not in tail and 'corrupt' not in tail
     assert 'full traceback:' in tail and 'failures/rank' in tail
     assert 'error_file: <N/A>' not in proc.stdout  # @record gave torchrun the error file
     records = json.load(open(report))

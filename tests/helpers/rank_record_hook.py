@@ -6,6 +6,7 @@ import json
 import os
 import os.path as osp
 
+import psutil
 import torch
 from mmengine.dist import get_dist_info
 from mmengine.hooks import Hook
@@ -38,8 +39,10 @@ class RankRecordHook(Hook):
     trained sample, in order), ``img_ids`` (``metainfo['img_id']``, where present),
     ``batch_sizes`` (one per iteration), ``param_checksum`` / ``param_digest`` after training,
     ``param_checksum_before`` / ``param_digest_before`` before the first iteration, the
-    launcher's ``env``, the ``pid``, and ``gc``: whether the garbage collector was on when
-    training began and whether the runner (built at start-up) was out of its view (frozen).
+    launcher's ``env``, the ``pid``, ``num_workers`` of the train loader and ``live_workers``
+    (this process's child processes when training ended: persistent workers), and ``gc``:
+    whether the garbage collector was on when training began and whether the runner (built at
+    start-up) was out of its view (frozen).
 
     Args:
         out_dir: where the records go.
@@ -78,6 +81,8 @@ class RankRecordHook(Hook):
                       param_digest=param_digest(params), param_checksum_before=before[0],
                       param_digest_before=before[1], env={k: os.environ.get(k)
                                                           for k in keys}, pid=os.getpid(),
-                      threads=torch.get_num_threads(), gc=self.gc)
+                      threads=torch.get_num_threads(), gc=self.gc,
+                      num_workers=runner.train_dataloader.num_workers,
+                      live_workers=len(psutil.Process().children()))
         with open(osp.join(self.out_dir, f'rank{rank}.json'), 'w') as f:
             json.dump(record, f)
