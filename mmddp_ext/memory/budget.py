@@ -5,12 +5,13 @@ are out-of-memory errors: :mod:`mmddp_ext.memory.oom`; the ranks agree on a fail
 :func:`mmddp_ext.dist.agree.ranks_out_of_memory`. How the budget is enforced: docs/scaling.md,
 'Finding the per-device batch that fits', 'What is measured'.
 """
+import contextlib
 import ctypes
 import ctypes.util
 import os
 import resource
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, List, Optional
 
 import torch
 
@@ -39,6 +40,8 @@ M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc's mallopt parameter numbers
 # (and the out-of-memory advice assumes stays free)
 MARGIN = 0.1
 MMAP_THRESHOLD = 128 * 1024
+# the RLIMIT_AS soft limit this process had before its CPU budget (set by apply_budget)
+_LIMIT_BEFORE: List[int] = []
 
 
 def _map_large_blocks() -> bool:
@@ -70,8 +73,31 @@ def _limit_address_space(nbytes: int) -> int:
     for existing in (soft, hard):
         if existing != resource.RLIM_INFINITY:
             limit = min(limit, existing)
+    if not _LIMIT_BEFORE:
+        _LIMIT_BEFORE.append(soft)
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
     return max(0, limit - vms)
+
+
+@contextlib.contextmanager
+def checkpoint_writing() -> Iterator[None]:
+    """Lift this process's CPU budget while a checkpoint is written, then put it back.
+
+    A budget stands for a device's memory; on a GPU the checkpoint is serialized in host
+    memory, which the device's budget does not count, and MMEngine serializes it into memory
+    before writing (about twice the checkpoint: 168 MiB for the 128x128 demo with Adam). Under
+    a CPU budget that left no room for it, the save failed after a whole epoch
+    (``MemoryError`` in ``torch.save``). The limit the process had before the budget (a
+    user's ``ulimit -v``) still holds. A no-op without a CPU budget."""
+    if not _LIMIT_BEFORE:
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (_LIMIT_BEFORE[0], hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def apply_budget(budget_mib: Optional[int], device: torch.device) -> Optional[Budget]:

@@ -28,9 +28,10 @@ from .trials import Trials
 
 CACHE_FILE = 'batch_probe.json'  # in the work dir: the measured batch, reused by a restart
 # On a CPU the budget also holds what the Runner builds beside the model (dataloader and its
-# worker queues' threads, datasets, evaluator, hooks, logger, visualizer): measured 66 MiB (no
-# workers) and 80 MiB (2 workers) more than the trials after their warm-up, for the 128x128
-# demo, so the reserve held free during a trial is at least this much there.
+# worker queues' threads, datasets, evaluator, hooks, logger, visualizer): measured 145 MiB
+# more than the trials after their warm-up, for the 128x128 demo with its 2 workers, at
+# per-device batch 8 and 32 alike (docs/scaling.md), so the reserve held free during a trial
+# is at least this much there.
 CPU_RESERVE_MIB = 160
 
 

@@ -27,7 +27,7 @@ from ..dist.launch import ensure_process_group
 from ..dist.workers import tie_workers
 from ..dist.wrapper import ddp_param_names, model_wrapper_for, sync_bn_for_rank, with_rank_device
 from ..gpu import gpus, rank_device
-from ..memory.budget import apply_budget
+from ..memory.budget import apply_budget, checkpoint_writing
 from ..scaling.apply import CheckedScaling, apply_plan, check_scaling, plan_for_config
 from ..scaling.config import ScalingConfig
 from ..utils.io import move_into_place
@@ -263,7 +263,8 @@ class DDPRunner(Runner):
                         save_optimizer: bool = True, save_param_scheduler: bool = True, meta=None,
                         by_epoch: bool = True, backend_args=None) -> None:
         """MMEngine's save, made atomic for local files: write ``.<name>.part``, fsync,
-        rename. A crash mid-save leaves the previous file of that name intact, and the
+        rename, outside a CPU memory budget (:func:`~mmddp_ext.memory.budget.checkpoint_writing`).
+        A crash mid-save leaves the previous file of that name intact, and the
         CheckpointHook updates ``last_checkpoint`` only after this returns. A full disk
         (or quota) is one error line: the path, the free space, the previous checkpoint.
 
@@ -274,11 +275,13 @@ class DDPRunner(Runner):
         args = (file_client_args, save_optimizer, save_param_scheduler, meta, by_epoch,
                 backend_args)
         if file_client_args or backend_args or '://' in str(out_dir):
-            return super().save_checkpoint(out_dir, filename, *args)  # remote: as MMEngine
+            with checkpoint_writing():
+                return super().save_checkpoint(out_dir, filename, *args)  # remote: as MMEngine
         part = osp.join(out_dir, f'.{filename}.part')
         main = is_main_process()  # MMEngine writes on the main process only; so do we
         try:
-            super().save_checkpoint(out_dir, osp.basename(part), *args)
+            with checkpoint_writing():  # host memory, which a device's budget does not count
+                super().save_checkpoint(out_dir, osp.basename(part), *args)
             if main:
                 move_into_place(part, osp.join(out_dir, filename))
         except BaseException as e:
