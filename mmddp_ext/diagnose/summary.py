@@ -302,8 +302,8 @@ def _hang_lines(work_dir: str, records: List[Dict], ranks: Dict[int, Dict]) -> L
               if len(shown) <= 3 else [f'  stacks: {ranks_dir(work_dir)}/rank*.stacks.txt'])
     lines.append('  fix: look at the line above of the rank that did not arrive (a branch '
                  'taken on one rank only, a data loader or file system stall, a deadlock); '
-                 "the bound is HangWatchdogHook's (custom_hooks=[dict(type='HangWatchdogHook', "
-                 'min_timeout=...)])')
+                 "the bound is HangWatchdogHook's (default_hooks.hang_watchdog=dict("
+                 'min_timeout=...))')
     return lines
 
 

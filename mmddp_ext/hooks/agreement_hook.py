@@ -41,9 +41,9 @@ class AgreementHook(Hook):
         enabled: False turns the check off, here and before the model is wrapped (then DDP's
             own errors reach the diagnosis, explained by :mod:`mmddp_ext.diagnose.ddp_errors`).
 
-    Example::
+    Example (on by default under DDPRunner; ``rank_agreement=None`` removes it)::
 
-        custom_hooks = [dict(type='AgreementHook')]
+        default_hooks = dict(rank_agreement=dict(enabled=False))
     """
 
     priority = 'VERY_HIGH'

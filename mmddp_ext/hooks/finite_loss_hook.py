@@ -1,7 +1,7 @@
 """``FiniteLossHook``: notice the first NaN or Inf loss on any rank and stop (default), warn or
 skip the optimizer steps whose averaged gradients are not finite. ``DDPRunner`` adds it with
 ``action='stop'`` unless the config lists it, e.g.
-``custom_hooks = [dict(type='FiniteLossHook', action='warn')]``. What each action does and why
+``default_hooks = dict(finite_loss=dict(action='warn'))``. What each action does and why
 'skip' needs no collective: docs/reliability.md, "Non-finite loss".
 """
 import functools
@@ -101,7 +101,7 @@ def _check_action(action: Any) -> str:
         return action
     raise ValueError(f'FiniteLossHook action={action!r} is not one of {", ".join(ACTIONS)}' +
                      did_you_mean(action, ACTIONS) +
-                     "; e.g. custom_hooks = [dict(type='FiniteLossHook', action='warn')]")
+                     "; e.g. default_hooks.finite_loss=dict(action='warn')")
 
 
 @HOOKS.register_module()
@@ -188,8 +188,8 @@ class FiniteLossHook(Hook):
         if self.action == 'stop':
             raise NonFiniteLossError(
                 f"{head}; stopping (FiniteLossHook action='stop'; to go on instead, set "
-                "custom_hooks = [dict(type='FiniteLossHook', action='warn')] or "
-                "action='skip')", runner.rank, iteration, terms, lr)
+                "default_hooks.finite_loss=dict(action='warn') or action='skip')", runner.rank,
+                iteration, terms, lr)
         if self.nonfinite & (self.nonfinite - 1):
             return  # say it at the 1st, 2nd, 4th, 8th, ... occurrence
         count = '' if self.nonfinite == 1 else f' (occurrence {self.nonfinite} on this rank)'

@@ -83,7 +83,7 @@ class RankMemoryHook(Hook):
 
     Example::
 
-        custom_hooks = [dict(type='RankMemoryHook', interval=20)]
+        default_hooks = dict(rank_memory=dict(interval=20))
     """
 
     priority = 'NORMAL'

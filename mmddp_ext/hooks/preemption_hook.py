@@ -93,7 +93,7 @@ class PreemptionHook(Hook):
 
     Example::
 
-        custom_hooks = [dict(type='PreemptionHook', signals=['SIGUSR1'])]
+        default_hooks = dict(preemption=dict(signals=['SIGUSR1']))
     """
 
     priority = 'HIGHEST'  # its handler must be installed before the watchdog's faulthandler

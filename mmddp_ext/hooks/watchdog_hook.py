@@ -79,7 +79,7 @@ class HangWatchdogHook(Hook):
 
     Example::
 
-        custom_hooks = [dict(type='HangWatchdogHook', min_timeout=300)]
+        default_hooks = dict(hang_watchdog=dict(min_timeout=300))
     """
 
     priority = 'VERY_HIGH'

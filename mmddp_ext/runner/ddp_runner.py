@@ -3,11 +3,13 @@
 
 :meth:`DDPRunner.from_cfg` plans (or takes the plan the entry made,
 :func:`~mmddp_ext.scaling.apply.check_scaling`), measures ``max_batch_per_device='auto'``
-(:mod:`.batch_finder`), applies the plan to a copy of the config and adds
-:data:`DEFAULT_HOOKS`; the other methods are MMEngine's, each extended where its name says.
+(:mod:`.batch_finder`) and applies the plan to a copy of the config; ``register_default_hooks``
+adds :data:`DEFAULT_HOOKS` as ``default_hooks`` keys beside MMEngine's own; the other methods
+are MMEngine's, each extended where its name says.
 What that adds for a user is the README's list under "Use it in your configs"; the plan is
 docs/scaling.md, checkpoints docs/reliability.md.
 """
+import logging
 import os
 import os.path as osp
 import shutil
@@ -36,15 +38,48 @@ from ..utils.quiet import quiet_logger, quiet_warnings
 from .config_text import TextOnceConfig
 from .resumable_loop import resumable_loop_cfg
 
-# Added unless the config lists them itself (e.g. with another interval).
-DEFAULT_HOOKS = (
-    dict(type='AgreementHook'),
-    dict(type='ScalingHook'),
-    dict(type='RankMemoryHook', interval=50),
-    dict(type='FiniteLossHook', action='stop'),
-    dict(type='HangWatchdogHook'),
-    dict(type='PreemptionHook'),
+# Our default hooks, each a ``default_hooks`` key beside MMEngine's own (README, "Use it in your
+# configs"): ``default_hooks.<key>=None`` removes one, a dict without ``type`` changes its
+# arguments, a dict with ``type`` replaces it.
+DEFAULT_HOOKS = dict(
+    rank_agreement=dict(type='AgreementHook'),
+    scaling_plan=dict(type='ScalingHook'),
+    rank_memory=dict(type='RankMemoryHook', interval=50),
+    finite_loss=dict(type='FiniteLossHook', action='stop'),
+    hang_watchdog=dict(type='HangWatchdogHook'),
+    preemption=dict(type='PreemptionHook'),
 )
+
+
+def _type_name(hook: Any) -> str:
+    kind = hook.get('type') if isinstance(hook, dict) else type(hook)
+    return str(getattr(kind, '__name__', kind)).split('.')[-1]
+
+
+def our_default_hooks(default_hooks: Optional[dict], custom_hooks: Optional[list],
+                      warn: bool = False) -> dict:
+    """``default_hooks`` with ours resolved (:data:`DEFAULT_HOOKS`): a key set to None is
+    dropped, a dict without ``type`` is merged onto ours, a missing key gets ours, unless
+    ``custom_hooks`` lists a hook of that type (then the user's is the one; a warning names
+    the key it belongs under, with ``warn``). MMEngine's own keys are left as they are."""
+    hooks = dict(default_hooks or {})
+    listed = {_type_name(h) for h in custom_hooks or []}
+    for key, ours in DEFAULT_HOOKS.items():
+        given = key in hooks
+        value = hooks.pop(key, ours)
+        if value is None:
+            continue
+        if not given and ours['type'] in listed:
+            if warn:
+                log_line(
+                    f'custom_hooks lists {ours["type"]}, one of our default hooks: it is used '
+                    f'instead of ours; default_hooks.{key}=dict(...) is where its arguments '
+                    f'go (default_hooks.{key}=None removes it)', logging.WARNING, rank0_only=True)
+            continue
+        if isinstance(value, dict) and 'type' not in value:
+            value = dict(ours, **value)
+        hooks[key] = value
+    return hooks
 
 
 def _disk_usage(path: str) -> Optional[Tuple[int, int]]:
@@ -69,10 +104,15 @@ def _read_layout(launcher: str) -> Tuple[int, int]:
 
 
 def _agreement_on(cfg: Any) -> bool:
-    """False when the config lists ``dict(type='AgreementHook', enabled=False)``."""
-    return not any(
-        str(h.get('type')).split('.')[-1] == 'AgreementHook' and h.get('enabled') is False
-        for h in cfg.get('custom_hooks') or [])
+    """Whether the ranks' agreement runs (before the model is wrapped too): False when
+    ``default_hooks.rank_agreement`` is None or has ``enabled=False``, or when the config
+    lists ``dict(type='AgreementHook', enabled=False)`` in ``custom_hooks``."""
+    hooks = our_default_hooks(cfg.get('default_hooks'), cfg.get('custom_hooks'))
+    listed = [h for h in cfg.get('custom_hooks') or [] if _type_name(h) == 'AgreementHook'
+              ] + ([hooks['rank_agreement']] if 'rank_agreement' in hooks else [])
+    return bool(listed) and all(
+        (h.get('enabled', True) if isinstance(h, dict) else getattr(h, 'enabled', True))
+        for h in listed)
 
 
 def _init_process_group(launcher: str, env_cfg: Optional[dict]) -> None:
@@ -192,11 +232,6 @@ class DDPRunner(Runner):
             plan = checked.plan if measured is None else plan_for_config(
                 cfg, world_size, max_batch_per_device=measured, scaling=scaling)
             changes = apply_plan(cfg, plan)
-        hooks = list(cfg.get('custom_hooks') or [])
-        for default in DEFAULT_HOOKS:
-            if not any(str(h.get('type')).split('.')[-1] == default['type'] for h in hooks):
-                hooks.append(dict(default))
-        cfg.custom_hooks = hooks
         runner = super().from_cfg(cfg)
         runner.scaling_plan = plan
         runner.scaling_changes = changes
@@ -298,7 +333,7 @@ class DDPRunner(Runner):
         ``CheckpointHook``): a refused save is never named in ``last_checkpoint`` and never
         becomes the best checkpoint. A hook given as an object is kept as it is (this
         method's ``save_checkpoint`` still refuses to write non-finite weights)."""
-        hooks = dict(hooks or {})
+        hooks = our_default_hooks(hooks, self.cfg.get('custom_hooks'), warn=True)
         checkpoint = hooks.get('checkpoint', dict(type='CheckpointHook', interval=1))
         if isinstance(checkpoint, dict) and 'type' in checkpoint:
             checkpoint = dict(checkpoint, type=finite_checkpoint_type(checkpoint['type']))

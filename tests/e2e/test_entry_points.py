@@ -30,13 +30,17 @@ def _check_planned(out: str, world: int) -> None:
 
 @pytest.mark.slow
 def test_mmpose_train_py_builds_the_configs_runner(demo_data, tmp_path):
+    """... and honours our ``default_hooks`` keys: ``hang_watchdog=None`` removes the watchdog
+    (the positive control: the dist_train.sh test below still has it)."""
     out = check_ok(
         run([
             PYTHON,
             osp.join(_mmpose_tools(), 'train.py'), DEMO_CONFIG, '--work-dir',
-            str(tmp_path / 'w'), *demo_options(demo_data, 1)
+            str(tmp_path / 'w'),
+            *demo_options(demo_data, 1, **{'default_hooks.hang_watchdog': 'None'})
         ], cwd=str(tmp_path)))
     _check_planned(out, 1)
+    assert 'HangWatchdogHook' not in out
 
 
 @pytest.mark.slow
@@ -49,3 +53,4 @@ def test_mmpose_dist_train_sh_on_cpu(demo_data, tmp_path):
         ], cwd=str(tmp_path), env=dict(PORT=str(find_free_port()))))
     _check_planned(out, 2)
     assert out.count('[mmddp_ext] process group: gloo') == 2  # one per rank, on a CPU
+    assert re.search(r'\(VERY_HIGH\s*\) HangWatchdogHook', out)

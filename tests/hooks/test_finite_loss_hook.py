@@ -96,7 +96,7 @@ def test_nonfinite_grads_names_the_bad_ones_only():
 def test_action_is_checked(bad, hint):
     with pytest.raises(ValueError, match=f'action={bad!r} is not one of') as e:
         FiniteLossHook(action=bad)
-    assert hint in str(e.value) and "dict(type='FiniteLossHook', action='warn')" in str(e.value)
+    assert hint in str(e.value) and "default_hooks.finite_loss=dict(action='warn')" in str(e.value)
 
 
 class CountingMetric(BaseMetric):
@@ -198,8 +198,8 @@ class TestFiniteLossHook(RunnerTestCase):
         self.assertEqual(list(err.terms), ['loss'])
         self.assertEqual(
             str(err), "non-finite loss on rank 0 at iteration 3: loss=nan (lr 1.0e-01); "
-            "stopping (FiniteLossHook action='stop'; to go on instead, set custom_hooks = "
-            "[dict(type='FiniteLossHook', action='warn')] or action='skip')")
+            "stopping (FiniteLossHook action='stop'; to go on instead, set "
+            "default_hooks.finite_loss=dict(action='warn') or action='skip')")
         self.assertNotIn('\n', str(err))
         self.assertEqual(len(self._hook(runner, ParamRecorder).losses), 2)  # 3rd: raised first
         self.assertEqual(self._files(), [])  # the first checkpoint was due after iteration 4

@@ -45,3 +45,56 @@ class TestReadmeHookCount(RunnerTestCase):
         cfg.custom_hooks = [dict(type='RankMemoryHook', interval=7)]
         hooks = [h for h in DDPRunner.from_cfg(cfg).hooks if type(h).__name__ == 'RankMemoryHook']
         assert len(hooks) == 1 and hooks[0].interval == 7
+
+
+class TestOurDefaultHookKeys(RunnerTestCase):
+    """Each hook DDPRunner adds is a ``default_hooks`` key of its own (README, "Use it in your
+    configs"), with MMEngine's rules: None removes it, a dict changes its arguments."""
+
+    def _hooks(self, name, **cfg_changes):
+        cfg = copy.deepcopy(self.epoch_based_cfg)
+        cfg.experiment_name = f'{self.experiment_name}_{name}'
+        for key, value in cfg_changes.items():
+            cfg[key] = value
+        return {type(h).__name__: h for h in DDPRunner.from_cfg(cfg).hooks}
+
+    def test_each_key_set_to_none_removes_its_hook_and_only_it(self):
+        every = self._hooks('all')
+        assert set(DEFAULT_HOOKS_BY_KEY.values()) <= set(every)
+        for key, hook in DEFAULT_HOOKS_BY_KEY.items():
+            default_hooks = dict(copy.deepcopy(self.epoch_based_cfg).get('default_hooks') or {})
+            left = self._hooks(key, default_hooks=dict(default_hooks, **{key: None}))
+            assert set(every) - set(left) == {hook}, key
+
+    def test_a_dict_without_type_changes_the_arguments(self):
+        hooks = self._hooks(
+            'args',
+            default_hooks=dict(rank_memory=dict(interval=7), finite_loss=dict(action='warn')))
+        assert hooks['RankMemoryHook'].interval == 7
+        assert hooks['FiniteLossHook'].action == 'warn'
+
+    def test_removing_the_agreement_turns_off_the_check_before_wrapping_too(self):
+        from mmddp_ext.runner.ddp_runner import _agreement_on
+        cfg = copy.deepcopy(self.epoch_based_cfg)
+        assert _agreement_on(cfg)  # positive control: on by default
+        cfg.default_hooks = dict(rank_agreement=None)
+        assert not _agreement_on(cfg)
+        cfg.default_hooks = dict(rank_agreement=dict(enabled=False))
+        assert not _agreement_on(cfg)
+
+    def test_a_hook_listed_in_custom_hooks_is_used_instead_and_its_key_named(self):
+        cfg = copy.deepcopy(self.epoch_based_cfg)
+        cfg.experiment_name = self.experiment_name + '_listed'
+        cfg.custom_hooks = [dict(type='PreemptionHook', signals=['SIGUSR1'])]
+        runner = DDPRunner.from_cfg(cfg)
+        hooks = [h for h in runner.hooks if type(h).__name__ == 'PreemptionHook']
+        assert len(hooks) == 1
+        with open(osp.join(runner.log_dir, f'{runner.timestamp}.log')) as f:
+            log = f.read()
+        assert 'custom_hooks lists PreemptionHook, one of our default hooks' in log
+        assert 'default_hooks.preemption=dict(...)' in log
+
+
+DEFAULT_HOOKS_BY_KEY = dict(rank_agreement='AgreementHook', scaling_plan='ScalingHook',
+                            rank_memory='RankMemoryHook', finite_loss='FiniteLossHook',
+                            hang_watchdog='HangWatchdogHook', preemption='PreemptionHook')
