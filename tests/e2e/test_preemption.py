@@ -35,21 +35,22 @@ def test_sigterm_to_one_rank_stops_both_and_resume_trains_each_batch_once(
     out = results[0][1]
     assert [rc for rc, _ in results] == [75, 75], out[-3000:]
     assert osp.exists(osp.join(flags, 'second_rank0'))  # it came, and the save went on
-    # held after iteration 10, agreed after 11: batch 3 of epoch 2
-    assert ('stopped by a signal to another rank after epoch 2, iteration 11 (3 of 8 in the '
-            f'epoch): every rank finished it; saved {work}/iter_11.pth') in out
+    # held after iteration 10 (its agreement already started), signalled then, in the
+    # agreement started after 11, read after 12: batch 4 of epoch 2
+    assert ('stopped by a signal to another rank after epoch 2, iteration 12 (4 of 8 in the '
+            f'epoch): every rank finished it; saved {work}/iter_12.pth') in out
     assert 'continue with --resume (exit code 75: stopped, not failed)' in out
-    assert 'Epoch(train) [2][4/8]' not in out  # no iteration after the agreed one
-    ckpt = torch.load(osp.join(work, 'iter_11.pth'), map_location='cpu')  # whole, plain
-    assert (ckpt['meta']['epoch'], ckpt['meta']['iter']) == (1, 11)
-    assert open(osp.join(work, 'last_checkpoint')).read().strip() == osp.join(work, 'iter_11.pth')
+    assert 'Epoch(train) [2][5/8]' not in out  # no iteration after the agreed one
+    ckpt = torch.load(osp.join(work, 'iter_12.pth'), map_location='cpu')  # whole, plain
+    assert (ckpt['meta']['epoch'], ckpt['meta']['iter']) == (1, 12)
+    assert open(osp.join(work, 'last_checkpoint')).read().strip() == osp.join(work, 'iter_12.pth')
     assert not osp.exists(osp.join(work, 'epoch_2.pth'))
 
     results = finish(stop_point_by_hand(config, work, demo_data, ['--resume']))
     out = results[0][1]
     assert [rc for rc, _ in results] == [0, 0], out[-3000:]
-    assert 'resuming epoch 2 after batch 3 of 8: continuing at batch 4' in out
-    assert 'Epoch(train) [2][4/8]' in out and 'Epoch(train) [2][3/8]' not in out
+    assert 'resuming epoch 2 after batch 4 of 8: continuing at batch 5' in out
+    assert 'Epoch(train) [2][5/8]' in out and 'Epoch(train) [2][4/8]' not in out
     trained = trained_iterations(flags, 2)
     for rank in (0, 1):  # the same iterations, with the same samples, each once
         assert [it for it, _, _ in trained[rank]] == list(range(1, PER_EPOCH * EPOCHS + 1))
@@ -78,8 +79,8 @@ def test_sigterm_under_dist_train_sh_exits_75_and_resume_continues(demo_data, tm
     open(osp.join(flags, 'go'), 'w').close()
     [(rc, out)] = finish([proc])
     assert rc == 75, out[-3000:]
-    assert 'stopped by SIGTERM after epoch 2, iteration 11 (3 of 8 in the epoch)' in out
+    assert 'stopped by SIGTERM after epoch 2, iteration 12 (4 of 8 in the epoch)' in out
     assert ('torchrun: the workers stopped on a signal after saving a checkpoint (exit code 75): '
             '--resume continues') in out
     assert '==== mmddp_ext diagnosis' not in out  # not a failure
-    assert osp.isfile(osp.join(work, 'iter_11.pth'))
+    assert osp.isfile(osp.join(work, 'iter_12.pth'))

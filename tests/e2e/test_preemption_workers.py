@@ -44,12 +44,12 @@ def test_a_stop_signal_to_every_process_saves_and_resume_trains_each_batch_once(
     out = results[0][1]
     assert [rc for rc, _ in results] == [75, 75], out[-3000:]
     assert 'is killed by signal' not in ''.join(o for _, o in results)
-    assert f'saved {work}/iter_11.pth' in out, out[-3000:]
+    assert f'saved {work}/iter_12.pth' in out, out[-3000:]
 
     results = finish(stop_point_by_hand(config, work, demo_data, ['--resume'], DEMO_WORKERS))
     out = results[0][1]
     assert [rc for rc, _ in results] == [0, 0], out[-3000:]
-    assert 'continuing at batch 4' in out
+    assert 'continuing at batch 5' in out
     trained = trained_iterations(flags, 2)
     for rank in (0, 1):  # the same iterations, with the same samples, each once
         assert trained[rank] == stop_point_reference[rank]

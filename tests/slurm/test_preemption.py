@@ -33,14 +33,15 @@ def test_usr1_mid_epoch_saves_requeues_and_the_job_finishes_as_if_never_stopped(
     info = slurm.wait_job(job)
     out = open(log).read()
     assert info['JobState'] == 'COMPLETED' and info['Restarts'] == '1', (info, out[-4000:])
-    # the first start: held after iteration 10, stopped after the agreed iteration 11
-    assert (f'stopped by SIGUSR1 after epoch 2, iteration 11 (3 of 8 in the epoch): every rank '
-            f'finished it; saved {work}/iter_11.pth') in out
+    # the first start: held after iteration 10, signalled then, in the agreement started
+    # after 11 and read after 12: stopped after iteration 12
+    assert (f'stopped by SIGUSR1 after epoch 2, iteration 12 (4 of 8 in the epoch): every rank '
+            f'finished it; saved {work}/iter_12.pth') in out
     assert (f'requeued Slurm job {job}: it resumes from this checkpoint when it starts again '
             '(exit code 75: stopped, not failed)') in out
     # the second start, by Slurm: resumed from that checkpoint at the next batch
     assert f'[slurm_sbatch] job {job} start 1 on n[1-2]' in out
-    assert 'resuming epoch 2 after batch 3 of 8: continuing at batch 4' in out
+    assert 'resuming epoch 2 after batch 4 of 8: continuing at batch 5' in out
     trained = trained_iterations(flags, 2)
     for rank in (0, 1):
         assert [it for it, _, _ in trained[rank]] == list(range(1, PER_EPOCH * EPOCHS + 1))
