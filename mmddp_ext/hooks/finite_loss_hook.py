@@ -1,6 +1,6 @@
 """``FiniteLossHook``: notice the first NaN or Inf loss on any rank and stop (default), warn or
-skip the optimizer steps whose averaged gradients are not finite. ``DDPRunner`` adds it with
-``action='stop'`` unless the config lists it, e.g.
+skip the optimizer steps whose averaged gradients are not finite. ``DDPRunner`` adds it as the
+default hook ``finite_loss`` with ``action='stop'``; change it with e.g.
 ``default_hooks = dict(finite_loss=dict(action='warn'))``. What each action does and why
 'skip' needs no collective: docs/reliability.md, "Non-finite loss".
 """

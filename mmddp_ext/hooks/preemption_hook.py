@@ -2,8 +2,8 @@
 rank, saves one checkpoint and ends with exit code 75 ("stopped, not failed"); under Slurm with
 ``--requeue`` it requeues itself, and the next start resumes at the following iteration.
 
-Added by :class:`~mmddp_ext.runner.DDPRunner` unless the config lists it. The story, with what
-the user sees, is in docs/launching.md ("Stopping and continuing").
+Added by :class:`~mmddp_ext.runner.DDPRunner` as the default hook ``preemption``. The story, with
+what the user sees, is in docs/launching.md ("Stopping and continuing").
 """
 import os
 import os.path as osp
