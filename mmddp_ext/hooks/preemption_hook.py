@@ -64,14 +64,15 @@ class PreemptionHook(Hook):
 
     The signal handler only records the signal. After every training iteration each rank
     starts adding up whether one of them got it (an asynchronous ``all_reduce`` of one
-    integer, on a gloo group of its own), and reads the sum after the next iteration, when it
-    has long arrived: so all stop after the same iteration even when only one rank was
-    signalled, the iteration after the one in which the signal came, and no rank waits for the
-    others in this hook (a blocking ``all_reduce`` after every iteration cost 1.5 % of the demo's
-    iteration, mostly waiting for the slowest rank). Under gradient accumulation they stop at
-    the end of the accumulation cycle. In a single process the stop comes after the iteration
-    in which the signal came. The train loop ends after that iteration's hooks (no rest of the
-    epoch, no validation, no epoch checkpoint); in ``after_train`` rank 0 writes ``iter_N.pth`` with
+    integer, on a gloo group when training on nccl), and reads the sum after the next
+    iteration, when it has long arrived: so all stop after the same iteration even when only
+    one rank was signalled, the iteration after the one in which the signal came, and no rank
+    waits for the others in this hook (a blocking ``all_reduce`` after every iteration cost
+    1.5 % of the demo's iteration, mostly waiting for the slowest rank). Under gradient
+    accumulation they stop at the end of the accumulation cycle. In a single process the stop
+    comes after the iteration in which the signal came. The train loop ends after that
+    iteration's hooks (no rest of the epoch, no validation, no epoch checkpoint); in
+    ``after_train`` rank 0 writes ``iter_N.pth`` with
     ``runner.save_checkpoint`` (atomic: a kill during the save leaves the previous checkpoint
     intact; further signals are ignored once the stop has begun) while the others wait for it,
     points ``last_checkpoint`` at it and, in a Slurm batch job that may be requeued
@@ -162,9 +163,12 @@ class PreemptionHook(Hook):
     def before_train(self, runner) -> None:
         import torch.distributed as dist
         if dist.is_available() and dist.is_initialized():
-            # the flag stays on the CPU, and its collective, under way during an iteration,
-            # shares no queue with training's (all ranks call before_train)
-            self._group = dist.new_group(backend='gloo')
+            # the flag stays on the CPU. On gloo the default group serves: every rank queues
+            # the flag's collective at the same point of its collectives (after an iteration's
+            # hooks, before the next forward), and a group of its own would take address space
+            # that the batch finder's CPU reserve counts
+            if dist.get_backend() != 'gloo':
+                self._group = dist.new_group(backend='gloo')  # all ranks call before_train
         if runner.rank == 0:
             runner.logger.info(f'[mmddp_ext] on {" or ".join(self.signals.values())} every rank '
                                'finishes its iteration, one checkpoint is saved, and the run '
