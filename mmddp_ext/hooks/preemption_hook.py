@@ -124,6 +124,7 @@ class PreemptionHook(Hook):
         self._previous: Dict[int, Any] = {}
         self._active = False
         self._group = None
+        self._distributed = False  # a process group existed when training began
         self._pending: Optional[tuple] = None  # (flag, work) of the agreement under way
         self._agreed = False
 
@@ -162,7 +163,8 @@ class PreemptionHook(Hook):
 
     def before_train(self, runner) -> None:
         import torch.distributed as dist
-        if dist.is_available() and dist.is_initialized():
+        self._distributed = dist.is_available() and dist.is_initialized()
+        if self._distributed:
             # the flag stays on the CPU. On gloo the default group serves: every rank queues
             # the flag's collective at the same point of its collectives (after an iteration's
             # hooks, before the next forward), and a group of its own would take address space
@@ -198,16 +200,16 @@ class PreemptionHook(Hook):
         return bool(flag.item())
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        import torch.distributed as dist
         if self.stopped is not None:
             return
-        due = (runner.iter + 1) % self.interval == 0
-        if not self._agreed and not (dist.is_available() and dist.is_initialized()):
-            self._agreed = due and self.received is not None
-        elif not self._agreed:
-            self._agreed = self._finish_agreement()  # started after an earlier iteration
-            if not self._agreed and due:
-                self._start_agreement()
+        if not self._agreed:
+            due = (runner.iter + 1) % self.interval == 0
+            if self._distributed:
+                self._agreed = self._finish_agreement()  # started after an earlier iteration
+                if not self._agreed and due:
+                    self._start_agreement()
+            else:
+                self._agreed = due and self.received is not None
         if not self._agreed:
             return
         should_update = getattr(runner.optim_wrapper, 'should_update', None)
