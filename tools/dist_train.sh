@@ -66,7 +66,12 @@ trap 'rm -rf "$REPORT_DIR"' EXIT
 export MMDDP_LAUNCH_REPORT=${MMDDP_LAUNCH_REPORT:-$REPORT_DIR/launch_report.json}
 rm -f "$MMDDP_LAUNCH_REPORT"  # a report left from an earlier run says nothing about this one
 
+# A SIGTERM or SIGUSR1 to this script goes on to the front, which sends it to the workers and
+# waits for them to save; this script waits too and exits with their code (75 after a save).
+# shellcheck source=lib/forward_signals.sh
+. "$HERE/lib/forward_signals.sh"
 PYTHONPATH="$HERE/..${PYTHONPATH:+:$PYTHONPATH}" \
+run_forwarding_stop_signals \
 "$PYTHON" "$HERE/../mmddp_ext/dist/run_front.py" --nnodes="$NNODES" --node-rank="$NODE_RANK" \
   --master-addr="$MASTER_ADDR" ${PORT:+--master-port="$PORT"} --nproc_per_node="$GPUS" \
   --max-restarts="$MAX_RESTARTS" "$HERE/dist_train.py" "$CONFIG" "$@"

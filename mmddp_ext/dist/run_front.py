@@ -43,6 +43,11 @@ log = rendezvous.log
 REPORT_ENV = 'MMDDP_LAUNCH_REPORT'
 NOTHING_STARTED = 2
 STOPPED = 75  # every worker stopped on a signal after its checkpoint (PreemptionHook)
+# The stop signals reach the workers and leave torchrun's agent watching them: torchrun would
+# turn them into its own shutdown (SIGTERM to every worker, SIGKILL 30 s later, and no exit
+# code of theirs), SIGUSR1 would end the agent at once. torchrun keeps its other signals.
+STOP_SIGNALS = ('SIGTERM', 'SIGUSR1')
+TORCHRUN_SIGNALS = 'SIGINT,SIGHUP,SIGQUIT'
 
 
 def failure_records(failures: dict) -> List[dict]:
@@ -87,6 +92,42 @@ def _workers_started() -> bool:
         return bool(psutil.Process().children())
     except Exception:
         return True  # cannot tell: stay quiet
+
+
+def forward_stop_signals() -> dict:
+    """Handle :data:`STOP_SIGNALS` here: each one is sent on to the workers (this process's
+    children), whose ``PreemptionHook`` saves and exits with :data:`STOPPED`; the agent sees
+    their exits as it sees any other. Before a worker exists the signal ends this process as
+    it would without the handler. Returns a dict that gets ``signal`` (the first one's name)."""
+    import signal
+    received: dict = {}
+
+    def forward(signum: int, frame) -> None:
+        import psutil
+        workers = psutil.Process().children()
+        if not workers:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        received.setdefault('signal', signal.Signals(signum).name)
+        for worker in workers:
+            try:
+                worker.send_signal(signum)
+            except psutil.NoSuchProcess:
+                pass
+
+    for name in STOP_SIGNALS:
+        signal.signal(getattr(signal, name), forward)
+    return received
+
+
+def _signal_args() -> List[str]:
+    """torchrun's signals less the stop signals, where this torch has ``--signals-to-handle``
+    (an older torchrun takes SIGTERM over once it starts its workers)."""
+    from torch.distributed.launcher.api import LaunchConfig
+    if 'signals_to_handle' not in getattr(LaunchConfig, '__dataclass_fields__', {}):
+        return []
+    return [f'--signals-to-handle={TORCHRUN_SIGNALS}']
 
 
 _OPTIONS = {
@@ -175,8 +216,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = [
         f'--nnodes={nnodes}', f'--node-rank={node_rank}', '--rdzv-backend=static',
         f'--master-addr={addr}', f'--master-port={port}',
-        f'--rdzv-conf=timeout={math.ceil(timeout)}', *rest
+        f'--rdzv-conf=timeout={math.ceil(timeout)}', *_signal_args(), *rest
     ]
+    received = forward_stop_signals()
     try:
         run(parse_args(args))
     except ChildFailedError as e:
@@ -187,6 +229,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             log(f'torchrun: the workers stopped on a signal after saving a checkpoint (exit code '
                 f'{STOPPED}): --resume continues')
             return STOPPED
+        if received:
+            log(f'torchrun: {received["signal"]} reached the job and its workers ended without a '
+                'checkpoint (no PreemptionHook, or a rank stopped before training or after it)')
         report = os.environ.get(REPORT_ENV)
         if report:
             write_report(report, records)
@@ -207,4 +252,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == '__main__':
+    # dist_train.sh starts this front in the background, to forward stop signals to it, and
+    # bash then starts it with SIGINT ignored: Ctrl-C reaches it again (and its workers)
+    import signal
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.exit(main())

@@ -1,0 +1,21 @@
+# Sourced by the launcher scripts. run_forwarding_stop_signals CMD [ARGS...] runs CMD in the
+# background and waits for it; a SIGTERM or SIGUSR1 that reaches the script (alone, or with every
+# process of the job: a container stop, `scancel --signal=USR1 --full`, `kill -- -PGID`) is sent
+# on to CMD, and the script goes on waiting while the ranks save. Ctrl-C reaches CMD from the
+# terminal itself; the script waits for it. Returns CMD's exit status (75: stopped after saving);
+# works under `set -e`.
+run_forwarding_stop_signals() {
+  "$@" <&0 &
+  _MMDDP_CHILD=$!
+  trap 'kill -TERM "$_MMDDP_CHILD" 2>/dev/null || true' TERM
+  trap 'kill -USR1 "$_MMDDP_CHILD" 2>/dev/null || true' USR1
+  trap ':' INT
+  local rc
+  while :; do
+    rc=0
+    wait "$_MMDDP_CHILD" || rc=$?
+    kill -0 "$_MMDDP_CHILD" 2>/dev/null || break  # gone: rc is its status; else a signal came
+  done
+  trap - TERM USR1 INT
+  return "$rc"
+}
