@@ -1,13 +1,14 @@
-"""A Slurm batch job (tools/slurm_sbatch.sh, ``--requeue``) told to stop by
-``scancel --signal=USR1`` in the middle of an epoch saves, requeues itself, starts again and
-finishes: every iteration and sample is trained once, as in a run that was never stopped
-(``conftest.stop_point_reference``: the same config, seed and world size)."""
+"""A Slurm batch job (tools/slurm_sbatch.sh, ``--requeue``) with the demo's own DataLoader
+workers, told to stop by ``scancel --signal=USR1`` in the middle of an epoch (the job's steps:
+every rank and its workers; with ``--full`` the batch script and srun too) saves, requeues
+itself, starts again and finishes: every iteration and sample is trained once, as in a run that
+was never stopped (``conftest.stop_point_reference``: the same config, seed and world size)."""
 import os.path as osp
 
 import pytest
 import torch
 
-from conftest import check_ok, demo_options, demo_with_hooks, run
+from conftest import DEMO_WORKERS, check_ok, demo_options, demo_with_hooks, run
 from tests.helpers.stop_point_hook import STOP_OPTIONS, hook_source, trained_iterations, wait_for
 
 pytestmark = pytest.mark.slow
@@ -15,9 +16,10 @@ pytestmark = pytest.mark.slow
 PER_EPOCH, EPOCHS = 8, 2
 
 
+@pytest.mark.parametrize('full', [False, True])
 def test_usr1_mid_epoch_saves_requeues_and_the_job_finishes_as_if_never_stopped(
-        slurm, stop_point_reference, demo_data, tmp_path):
-    options = demo_options(demo_data, EPOCHS, **STOP_OPTIONS)
+        slurm, stop_point_reference, demo_data, tmp_path, full):
+    options = demo_options(demo_data, EPOCHS, **STOP_OPTIONS, **DEMO_WORKERS)
     flags, work, log = str(tmp_path / 'flags'), str(tmp_path / 'w'), str(tmp_path / 'job.out')
     config = demo_with_hooks(tmp_path, hook_source(flags, 10), ['stop_point_hook'])
     job = check_ok(
@@ -27,7 +29,7 @@ def test_usr1_mid_epoch_saves_requeues_and_the_job_finishes_as_if_never_stopped(
         ], env=dict(SLURM_CONF=slurm.conf), timeout=60)).strip().split(';')[0]
     alive = lambda: slurm.job(job).get('JobState') in ('PENDING', 'RUNNING')  # noqa: E731
     wait_for([osp.join(flags, f'paused_rank{r}') for r in (0, 1)], alive=alive)
-    check_ok(slurm.run('scancel', '--signal=USR1', job))
+    check_ok(slurm.run('scancel', '--signal=USR1', *(['--full'] if full else []), job))
     wait_for([osp.join(flags, f'received_rank{r}') for r in (0, 1)], alive=alive)
     open(osp.join(flags, 'go'), 'w').close()
     info = slurm.wait_job(job)
@@ -41,6 +43,7 @@ def test_usr1_mid_epoch_saves_requeues_and_the_job_finishes_as_if_never_stopped(
             '(exit code 75: stopped, not failed)') in out
     # the second start, by Slurm: resumed from that checkpoint at the next batch
     assert f'[slurm_sbatch] job {job} start 1 on n[1-2]' in out
+    assert 'is killed by signal' not in out
     assert 'resuming epoch 2 after batch 4 of 8: continuing at batch 5' in out
     trained = trained_iterations(flags, 2)
     for rank in (0, 1):
