@@ -11,13 +11,20 @@ import copy
 import itertools
 from typing import Any, Iterable, Optional
 
-from mmengine.dataset import DefaultSampler
+from mmengine.dataset import DefaultSampler, InfiniteSampler
 from mmengine.registry import DATA_SAMPLERS, LOOPS
-from mmengine.runner import EpochBasedTrainLoop
+from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
 from torch.utils.data import BatchSampler
 
-_EPOCH_LOOPS = ('EpochBasedTrainLoop', 'mmengine.EpochBasedTrainLoop')
-_DEFAULT_SAMPLERS = ('DefaultSampler', 'mmengine.DefaultSampler', DefaultSampler)
+_EPOCH_LOOPS = ('EpochBasedTrainLoop', 'mmengine.EpochBasedTrainLoop', EpochBasedTrainLoop)
+_ITER_LOOPS = ('IterBasedTrainLoop', 'mmengine.IterBasedTrainLoop', IterBasedTrainLoop)
+# MMEngine's samplers and ours that skip without loading (the second in resumable_iter_loop.py)
+_RESUMABLE_SAMPLERS = {
+    key: ours
+    for theirs, ours in ((DefaultSampler, 'ResumableSampler'), (InfiniteSampler,
+                                                                'ResumableInfiniteSampler'))
+    for key in (theirs, theirs.__name__, f'mmengine.{theirs.__name__}')
+}
 
 
 @DATA_SAMPLERS.register_module()
@@ -40,28 +47,45 @@ class ResumableSampler(DefaultSampler):
 
 def resumable_loop_cfg(loop: Any) -> Any:
     """The train loop config with MMEngine's epoch-based loop replaced by
-    :class:`ResumableEpochLoop` (``by_epoch=True`` or ``type='EpochBasedTrainLoop'``); any
-    other loop config (or a built loop) as it is."""
+    :class:`ResumableEpochLoop` (``by_epoch=True`` or ``type='EpochBasedTrainLoop'``) and its
+    iteration-based one by ``ResumableIterLoop`` (``by_epoch=False`` or
+    ``type='IterBasedTrainLoop'``); any other loop config (or a built loop) as it is."""
     if not isinstance(loop, dict):
         return loop
     cfg = copy.deepcopy(loop)
-    if 'type' not in cfg and cfg.get('by_epoch') is True:
-        cfg.pop('by_epoch')
-    elif cfg.get('type') not in _EPOCH_LOOPS and cfg.get('type') is not EpochBasedTrainLoop:
+    if 'type' not in cfg and cfg.get('by_epoch') in (True, False):
+        cfg['type'] = 'ResumableEpochLoop' if cfg.pop('by_epoch') else 'ResumableIterLoop'
+    elif cfg.get('type') in _EPOCH_LOOPS:
+        cfg['type'] = 'ResumableEpochLoop'
+    elif cfg.get('type') in _ITER_LOOPS:
+        cfg['type'] = 'ResumableIterLoop'
+    else:
         return loop
-    cfg['type'] = 'ResumableEpochLoop'
     return cfg
 
 
 def resumable_dataloader_cfg(dataloader: Any) -> Any:
-    """A dataloader config whose ``DefaultSampler`` becomes a :class:`ResumableSampler`."""
+    """A dataloader config whose ``DefaultSampler`` becomes a :class:`ResumableSampler`, and
+    whose ``InfiniteSampler`` a ``ResumableInfiniteSampler``."""
     if not isinstance(dataloader, dict) or not isinstance(dataloader.get('sampler'), dict):
         return dataloader
-    if dataloader['sampler'].get('type') not in _DEFAULT_SAMPLERS:
+    kind = dataloader['sampler'].get('type')
+    if not isinstance(kind, (str, type)) or kind not in _RESUMABLE_SAMPLERS:
         return dataloader
     cfg = copy.copy(dataloader)
-    cfg['sampler'] = dict(dataloader['sampler'], type='ResumableSampler')
+    cfg['sampler'] = dict(dataloader['sampler'], type=_RESUMABLE_SAMPLERS[kind])
     return cfg
+
+
+def use_resumed_seed(runner: Any, dataloader: Any) -> None:
+    """After a resume, the sampler shuffles with the checkpoint's seed (``runner.seed``), as
+    the interrupted run did, unless every rank has its own seed (``diff_rank_seed``)."""
+    sampler: Optional[Any] = getattr(dataloader, 'sampler', None)
+    randomness = runner.cfg.get('randomness') or {}
+    if (isinstance(sampler, (DefaultSampler, InfiniteSampler))
+            and not randomness.get('diff_rank_seed', False) and runner.seed is not None
+            and sampler.seed != runner.seed):
+        sampler.seed = runner.seed
 
 
 @LOOPS.register_module()
@@ -79,7 +103,7 @@ class ResumableEpochLoop(EpochBasedTrainLoop):
 
     def run(self) -> Any:
         """MMEngine's loop; an epoch stopped in the middle gets no validation."""
-        self._use_resumed_seed()
+        use_resumed_seed(self.runner, self.dataloader)
         self.runner.call_hook('before_train')
         while self._epoch < self._max_epochs and not self.stop_training:
             self.run_epoch()
@@ -127,12 +151,3 @@ class ResumableEpochLoop(EpochBasedTrainLoop):
         self.runner.logger.info(f'[mmddp_ext] the sampler ({type(sampler).__name__}) cannot skip '
                                 f'batches: loading and dropping the first {done}')
         return itertools.islice(loader, done, None)
-
-    def _use_resumed_seed(self) -> None:
-        """After a resume, the sampler shuffles with the checkpoint's seed (``runner.seed``),
-        as the interrupted run did, unless every rank has its own seed (``diff_rank_seed``)."""
-        sampler: Optional[Any] = getattr(self.dataloader, 'sampler', None)
-        randomness = self.runner.cfg.get('randomness') or {}
-        if (isinstance(sampler, DefaultSampler) and not randomness.get('diff_rank_seed', False)
-                and self.runner.seed is not None and sampler.seed != self.runner.seed):
-            sampler.seed = self.runner.seed

@@ -44,6 +44,27 @@ PRIVATE_NAMES: Tuple[PrivateName, ...] = (
         'runner/resumable_loop.py',
         'the re-implemented run() must honour dynamic_intervals exactly as MMEngine\'s does'),
     PrivateName(
+        'mmengine.runner.loops:IterBasedTrainLoop', '_iter', 'instance',
+        'runner/resumable_iter_loop.py',
+        'resuming at the sampler re-implements __init__ (without starting the loader) and run(); '
+        'the public iter property is read-only'),
+    PrivateName('mmengine.runner.loops:IterBasedTrainLoop', '_max_iters', 'instance',
+                'runner/resumable_iter_loop.py',
+                'set and read as MMEngine\'s own __init__ and run()'),
+    PrivateName('mmengine.runner.loops:IterBasedTrainLoop', '_max_epochs', 'instance',
+                'runner/resumable_iter_loop.py', 'set as MMEngine\'s own __init__ sets it'),
+    PrivateName('mmengine.runner.loops:IterBasedTrainLoop', '_epoch', 'instance',
+                'runner/resumable_iter_loop.py', 'set as MMEngine\'s own __init__ sets it'),
+    PrivateName(
+        'mmengine.runner.loops:IterBasedTrainLoop', '_decide_current_val_interval', 'class',
+        'runner/resumable_iter_loop.py',
+        'the re-implemented run() must honour dynamic_intervals exactly as MMEngine\'s does'),
+    PrivateName(
+        'mmengine.dataset.sampler:InfiniteSampler', '_indices_of_rank', 'class',
+        'runner/resumable_iter_loop.py',
+        'a pass that starts at the beginning of the rank\'s stream: InfiniteSampler makes one '
+        'stream when it is built and has no public way to start it again'),
+    PrivateName(
         'mmengine.optim:OptimWrapper', '_inner_count', 'instance', 'dist/microbatch.py',
         'micro-batches of one step must count as one accumulation step; OptimWrapper exposes '
         'the counter only through initialize_count_status, which also resets max_counts'),

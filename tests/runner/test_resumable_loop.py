@@ -69,9 +69,13 @@ class TestResumableLoop(RunnerTestCase):
         self.assertEqual(
             resumable_loop_cfg(dict(type='EpochBasedTrainLoop', max_epochs=3)),
             dict(type='ResumableEpochLoop', max_epochs=3))
-        for kept in (dict(by_epoch=False,
-                          max_iters=5), dict(type='IterBasedTrainLoop',
-                                             max_iters=5), dict(type='MyLoop', max_epochs=3)):
+        self.assertEqual(
+            resumable_loop_cfg(dict(by_epoch=False, max_iters=5)),
+            dict(type='ResumableIterLoop', max_iters=5))
+        self.assertEqual(
+            resumable_loop_cfg(dict(type='IterBasedTrainLoop', max_iters=5)),
+            dict(type='ResumableIterLoop', max_iters=5))
+        for kept in (dict(type='MyLoop', max_epochs=3), dict(max_epochs=3)):
             self.assertEqual(resumable_loop_cfg(kept), kept)
         self.assertTrue(issubclass(ResumableEpochLoop, EpochBasedTrainLoop))
         self.assertFalse(issubclass(IterBasedTrainLoop, ResumableEpochLoop))
