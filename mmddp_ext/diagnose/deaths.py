@@ -4,6 +4,7 @@ The launcher knows the signal (torchrun's ``ProcessFailure``: exit code -9 is SI
 rank's progress file (:mod:`mmddp_ext.diagnose.records`) knows the last iteration it completed
 and its memory then; the kernel log, when it can be read, knows whether the OOM killer chose it.
 """
+import re
 import signal
 import subprocess
 from typing import Dict, List, Optional
@@ -90,3 +91,36 @@ def death_lines(failure: Dict, state: Optional[Dict], kernel: Optional[List[str]
         lines.append('  cause: a crash in native code (a C/C++/CUDA extension, the driver); '
                      'the Python stack at the crash is in the stack file below, if written')
     return lines
+
+
+# torch's words when a DataLoader worker dies: "DataLoader worker (pid 12) is killed by signal:
+# Killed." and "DataLoader worker (pid(s) 12, 13) exited unexpectedly"
+_WORKER_DEATH = re.compile(r'DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (?:is killed by signal: '
+                           r'([^.]+)|exited unexpectedly)')
+_WORKER_CAUSES = {
+    'Killed': ("SIGKILL, alone: most often the host's out-of-memory killer (`dmesg | grep -i "
+               '"out of memory"`), or a job memory limit', 'fewer DataLoader workers '
+               '(train_dataloader.num_workers), a smaller per-device batch, or more host memory '
+               'for the job'),
+    'Bus error': ('a bus error: most often shared memory (/dev/shm) too small for the batches '
+                  'the workers hand over', 'a larger /dev/shm (docker run --shm-size=8g; on '
+                  'Kubernetes an emptyDir of medium Memory at /dev/shm), or fewer workers'),
+}
+_WORKER_OTHER = ('a crash in the worker (the dataset, its transforms or a library they call)',
+                 'rerun with train_dataloader.num_workers=0: the error is then raised in the rank '
+                 'itself, with its traceback')
+
+
+def worker_death_lines(message: str) -> List[str]:
+    """The cause and the fix where a rank raised because one of its DataLoader workers died by
+    itself (torch's message), [] for any other message. A worker that the job's own stop ends
+    is never this: our workers leave a stop signal to their rank (:mod:`mmddp_ext.dist.workers`)
+    and die with it (``PR_SET_PDEATHSIG``)."""
+    found = _WORKER_DEATH.search(message)
+    if not found:
+        return []
+    how, fix = _WORKER_CAUSES.get((found.group(2) or '').strip(), _WORKER_OTHER)
+    return [
+        f'  cause: its DataLoader worker (pid {found.group(1).strip()}) died of {how}',
+        f'  fix: {fix}'
+    ]

@@ -17,7 +17,8 @@ from ..utils.io import atomic_write_text
 from ..utils.ranks import group_ranks, ranks_text
 from ..utils.units import format_mib
 from .ddp_errors import ddp_error_lines, mismatch_lines, mismatch_text
-from .deaths import LAUNCHER_STOP, death_lines, host_memory_total, kernel_log, signal_name
+from .deaths import (LAUNCHER_STOP, death_lines, host_memory_total, kernel_log, signal_name,
+                     worker_death_lines)
 from .frames import raise_site_lines, worker_error_line
 from .records import (failure_dir, launch_report_path, ranks_dir, read_failures, read_ranks,
                       stacks_path)
@@ -185,6 +186,7 @@ def _raised_lines(records: List[Dict]) -> List[str]:
             f'  {first.get("exc_type")}: ' + '\n  '.join(_first_lines(_shown_message(first)))
         ]
         explained = {first.get('rank')}
+    lines += worker_death_lines(str(first.get('message', '')))
     lines += raise_site_lines(first)
     lines.append(f'  full traceback: {first.get("traceback_file")}')
     lines += _memory_lines(first)

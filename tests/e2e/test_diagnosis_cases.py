@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import PYTHON, demo_options, demo_with_hooks, run
+from conftest import DEMO_WORKERS, PYTHON, demo_options, demo_with_hooks, run
 
 SCREEN = 25  # lines a user sees without scrolling
 
@@ -63,9 +63,10 @@ def test_a_different_model_on_one_rank_names_the_differing_parameters(demo_data,
 
 @pytest.mark.slow
 def test_an_exception_names_the_file_and_line_that_raised_it(demo_data, tmp_path):
-    proc, screen = _train(tmp_path, demo_data,
+    proc, screen = _train(tmp_path, demo_data, DEMO_WORKERS.items(),
                           hooks="dict(type='FaultHook', rank=1, at_iter=3, fault='raise')",
-                          modules=('fault_hook', ))
+                          modules=('fault_hook', ))  # with the demo's own workers
+    assert 'DataLoader worker (pid' not in screen
     assert 'first failing rank: 1' in screen, proc.stdout[-5000:]
     assert 'ValueError: injected fault on rank 1 at iteration 3' in screen
     hook = osp.join('tests', 'helpers', 'fault_hook.py')

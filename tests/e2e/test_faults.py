@@ -1,6 +1,8 @@
-"""Faults injected into the demo, 2 real processes, ``bash tools/dist_train.sh``: the last screen
-names the right rank, the cause and the fix (a stuck rank, the same with a short collective
-timeout, a rank killed by SIGKILL whose DataLoader workers must not outlive it)."""
+"""Faults injected into the demo, 2 real processes, ``bash tools/dist_train.sh``, loading with the
+demo's own DataLoader workers (2, persistent): the last screen names the right rank, the cause
+and the fix (a stuck rank, the same with a short collective timeout, a rank killed by SIGKILL
+whose workers must not outlive it, a worker killed by itself); a worker that the job's own stop
+ended is never named."""
 import json
 import os.path as osp
 import time
@@ -8,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from conftest import demo_options, demo_with_hooks, run
+from conftest import DEMO_WORKERS, demo_options, demo_with_hooks, run
 
 SCREEN = 25  # lines a user sees without scrolling
 
@@ -16,10 +18,11 @@ SCREEN = 25  # lines a user sees without scrolling
 def _train(tmp_path, demo_data, hooks: str, *extra_options: str, name: str):
     cfg = demo_with_hooks(tmp_path, hooks, ['fault_hook'], name)
     work = str(tmp_path / 'w')
-    opts = demo_options(demo_data, 3, **{'train_dataloader.batch_size': '8'})
+    opts = demo_options(demo_data, 3, **{'train_dataloader.batch_size': '8', **DEMO_WORKERS})
     proc = run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work, *opts, *extra_options],
                timeout=600)
     screen = '\n'.join(proc.stdout.rstrip().splitlines()[-SCREEN:])
+    assert 'DataLoader worker (pid' not in screen or 'kill_worker' in name, screen
     return proc, screen, work
 
 
@@ -71,8 +74,7 @@ def _alive(pid: int) -> bool:
 def test_a_rank_killed_by_sigkill_is_named_and_leaves_no_worker(demo_data, tmp_path):
     proc, screen, work = _train(tmp_path, demo_data,
                                 "dict(type='FaultHook', rank=1, at_iter=3, fault='sigkill')",
-                                'train_dataloader.num_workers=2',
-                                'train_dataloader.persistent_workers=True', name='sigkill.py')
+                                name='sigkill.py')
     assert proc.returncode != 0
     fault = json.load(open(osp.join(work, 'fault_rank1.json')))
     assert 'rank 1 (host' in screen, proc.stdout[-5000:]
@@ -89,3 +91,21 @@ def test_a_rank_killed_by_sigkill_is_named_and_leaves_no_worker(demo_data, tmp_p
     while any(_alive(p) for p in fault['workers']) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [p for p in fault['workers'] if _alive(p)]
+
+
+@pytest.mark.slow
+def test_a_worker_killed_by_itself_is_the_cause_on_its_rank(demo_data, tmp_path):
+    """As the host's out-of-memory killer picks a DataLoader worker: its rank raises torch's
+    error, and the screen names that rank, the worker and the fix."""
+    proc, screen, work = _train(tmp_path, demo_data,
+                                "dict(type='FaultHook', rank=1, at_iter=3, fault='kill_worker')",
+                                name='kill_worker.py')
+    assert proc.returncode != 0
+    fault = json.load(open(osp.join(work, 'fault_rank1.json')))
+    assert 'first failing rank: 1 (host' in screen, proc.stdout[-5000:]
+    assert f'DataLoader worker (pid {fault["worker"]}) is killed by signal: Killed' in screen
+    flat = ' '.join(screen.split())
+    assert (f'cause: its DataLoader worker (pid {fault["worker"]}) died of SIGKILL, alone: most '
+            "often the host's out-of-memory killer") in flat
+    assert 'fix: fewer DataLoader workers (train_dataloader.num_workers)' in flat
+    assert 'then: rank 0 RuntimeError (peer lost)' in flat

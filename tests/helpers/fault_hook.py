@@ -15,12 +15,14 @@ class FaultHook(Hook):
     iteration runs: ``'stuck'`` sleeps (the other ranks reach the gradient all-reduce and wait),
     ``'sigkill'`` first writes ``<work_dir>/fault_rank{R}.json`` (its pid and its DataLoader
     worker pids), then kills its own process with SIGKILL, as the host's OOM killer does;
-    ``'raise'`` raises an ordinary exception (``ValueError``) from the line below.
+    ``'raise'`` raises an ordinary exception (``ValueError``) from the line below;
+    ``'kill_worker'`` kills one of its DataLoader workers with SIGKILL (as the host's OOM killer
+    picks a worker) and writes its pid to ``<work_dir>/fault_rank{R}.json``; the rank goes on.
 
     Args:
         rank: the rank that misbehaves.
         at_iter: the iteration, 1-based.
-        fault: ``'stuck'``, ``'sigkill'`` or ``'raise'``.
+        fault: ``'stuck'``, ``'sigkill'``, ``'raise'`` or ``'kill_worker'``.
     """
 
     def __init__(self, rank: int = 1, at_iter: int = 3, fault: str = 'stuck') -> None:
@@ -37,5 +39,13 @@ class FaultHook(Hook):
             with open(osp.join(runner.work_dir, f'fault_rank{runner.rank}.json'), 'w') as f:
                 json.dump(dict(pid=os.getpid(), workers=children), f)
             os.kill(os.getpid(), signal.SIGKILL)
+        elif self.fault == 'kill_worker':
+            import psutil
+
+            # torch names its workers' processes so (the rank's other child copies its stderr)
+            worker = next(c for c in psutil.Process().children() if c.name() == 'pt_data_worker')
+            with open(osp.join(runner.work_dir, f'fault_rank{runner.rank}.json'), 'w') as f:
+                json.dump(dict(pid=os.getpid(), worker=worker.pid), f)
+            worker.kill()
         elif self.fault == 'raise':
             raise ValueError(f'injected fault on rank {runner.rank} at iteration {self.at_iter}')

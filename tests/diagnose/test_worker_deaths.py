@@ -1,0 +1,35 @@
+"""The cause and fix for a rank whose DataLoader worker died by itself, from torch's own message
+(its text in torch 2.x: torch/utils/data/_utils/signal_handling.py and dataloader.py)."""
+import pytest
+
+from mmddp_ext.diagnose.deaths import worker_death_lines
+
+
+@pytest.mark.parametrize('message, cause, fix', [
+    ('DataLoader worker (pid 2762) is killed by signal: Killed.',
+     "worker (pid 2762) died of SIGKILL, alone: most often the host's out-of-memory killer",
+     'fewer DataLoader workers'),
+    ('DataLoader worker (pid 31) is killed by signal: Bus error. It is possible that dataloader'
+     "'s workers are out of shared memory. Please try to raise your shared memory limit.",
+     'worker (pid 31) died of a bus error: most often shared memory (/dev/shm)',
+     'docker run --shm-size=8g'),
+    ('DataLoader worker (pid 7) is killed by signal: Segmentation fault.',
+     'worker (pid 7) died of a crash in the worker', 'num_workers=0'),
+    ('DataLoader worker (pid(s) 12, 13) exited unexpectedly',
+     'worker (pid 12, 13) died of a crash in the worker', 'num_workers=0'),
+])
+def test_a_worker_that_died_by_itself_is_the_cause(message, cause, fix):
+    lines = worker_death_lines(message)
+    assert len(lines) == 2 and cause in lines[0] and lines[1].startswith('  fix: ')
+    assert fix in lines[1]
+
+
+@pytest.mark.parametrize(
+    'message',
+    [
+        'injected fault on rank 1 at iteration 3',
+        'Connection closed by peer [127.0.0.1]:8097',
+        "Caught ValueError in DataLoader worker process 0.",  # the worker raised: its own error
+    ])
+def test_any_other_message_adds_nothing(message):
+    assert worker_death_lines(message) == []
