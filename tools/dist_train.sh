@@ -71,7 +71,7 @@ rm -f "$MMDDP_LAUNCH_REPORT"  # a report left from an earlier run says nothing a
 # shellcheck source=lib/forward_signals.sh
 . "$HERE/lib/forward_signals.sh"
 PYTHONPATH="$HERE/..${PYTHONPATH:+:$PYTHONPATH}" \
-run_forwarding_stop_signals \
+run_forwarding_stop_signals TERM \
 "$PYTHON" "$HERE/../mmddp_ext/dist/run_front.py" --nnodes="$NNODES" --node-rank="$NODE_RANK" \
   --master-addr="$MASTER_ADDR" ${PORT:+--master-port="$PORT"} --nproc_per_node="$GPUS" \
   --max-restarts="$MAX_RESTARTS" "$HERE/dist_train.py" "$CONFIG" "$@"

@@ -35,9 +35,12 @@ echo "[slurm_sbatch] job ${SLURM_JOB_ID:-?} start ${SLURM_RESTART_COUNT:-0} on $
 
 # `scancel --signal=USR1 --full` signals this script too (`--signal=B:USR1@90`: this script
 # alone): it sends the signal on to srun, which sends it to the ranks, and waits while they
-# save; a script that died of it would end the job's steps under them.
+# save; a script that died of it would end the job's steps under them. A SIGTERM to this script
+# alone (`--signal=B:TERM@90`) goes on as SIGUSR1: srun ends its tasks at once when it gets a
+# SIGTERM itself ("srun: forcing job termination"), as with `scancel --signal=TERM --full`.
 # shellcheck source=lib/forward_signals.sh
 . tools/lib/forward_signals.sh
 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" \
-run_forwarding_stop_signals srun --kill-on-bad-exit=1 tools/py -u tools/dist_train.py "$CONFIG" --work-dir="$WORK_DIR" \
+run_forwarding_stop_signals USR1 \
+  srun --kill-on-bad-exit=1 tools/py -u tools/dist_train.py "$CONFIG" --work-dir="$WORK_DIR" \
   --launcher slurm --resume "$@"

@@ -47,13 +47,14 @@ fi
 GRES_ARGS=()
 if [ -n "$GRES" ] && [ "$GRES" != none ]; then GRES_ARGS=(--gres="$GRES"); fi
 
-# A SIGTERM or SIGUSR1 to this script goes on to srun (and from it to the ranks); the script
-# waits while they save and exits with srun's code (75 after a save).
+# A SIGUSR1 to this script goes on to srun, which sends it to the ranks; a SIGTERM goes on as
+# SIGUSR1 (srun ends its tasks at once on SIGTERM: "srun: forcing job termination"). The script
+# waits while the ranks save and exits with srun's code (75 after a save).
 # shellcheck source=lib/forward_signals.sh
 . "$HERE/lib/forward_signals.sh"
 # shellcheck disable=SC2086
 PYTHONPATH="$HERE/..${PYTHONPATH:+:$PYTHONPATH}" \
-run_forwarding_stop_signals srun -p "$PARTITION" --job-name="$JOB_NAME" ${GRES_ARGS[@]+"${GRES_ARGS[@]}"} \
+run_forwarding_stop_signals USR1 srun -p "$PARTITION" --job-name="$JOB_NAME" ${GRES_ARGS[@]+"${GRES_ARGS[@]}"} \
   --ntasks="$GPUS" --ntasks-per-node="$GPUS_PER_NODE" --cpus-per-task="$CPUS_PER_TASK" \
   --kill-on-bad-exit=1 $SRUN_ARGS \
   "$PYTHON" -u "$HERE/dist_train.py" "$CONFIG" --work-dir="$WORK_DIR" --launcher slurm "$@"
