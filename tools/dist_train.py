@@ -26,7 +26,22 @@ def _pin_device_early() -> None:
         torch.cuda.set_device(int(local))
 
 
+def _stopped_before_this_restart() -> bool:
+    """torchrun restarted this worker (MAX_RESTARTS) after dist_train.sh's front sent the job a
+    stop signal (``MMDDP_STOP_REQUESTED``, mmddp_ext/dist/run_front.py): the job was asked to
+    stop and its checkpoint is saved, so this worker does not train again."""
+    name = os.environ.get('MMDDP_STOP_REQUESTED')
+    if not name or os.environ.get('TORCHELASTIC_RESTART_COUNT', '0') == '0':
+        return False
+    print(
+        f'[mmddp_ext] rank {os.environ.get("RANK", "?")}: not started again: the job was '
+        f'stopped by {name} (exit code 75: --resume continues)', file=sys.stderr)
+    return True
+
+
 if __name__ == '__main__':
+    if _stopped_before_this_restart():
+        sys.exit(75)
     # no garbage collection while start-up imports half a million long-lived objects: the
     # entry collects once and turns it on when the runner is built (mmddp_ext.utils.start_up)
     gc.disable()

@@ -48,6 +48,9 @@ STOPPED = 75  # every worker stopped on a signal after its checkpoint (Preemptio
 # code of theirs), SIGUSR1 would end the agent at once. torchrun keeps its other signals.
 STOP_SIGNALS = ('SIGTERM', 'SIGUSR1')
 TORCHRUN_SIGNALS = 'SIGINT,SIGHUP,SIGQUIT'
+# Set here once a stop signal was sent on; a worker that torchrun restarts (MAX_RESTARTS) after
+# the stop inherits it, and tools/dist_train.py then exits with STOPPED before training again
+STOP_REQUESTED_ENV = 'MMDDP_STOP_REQUESTED'
 
 
 def failure_records(failures: dict) -> List[dict]:
@@ -97,8 +100,10 @@ def _workers_started() -> bool:
 def forward_stop_signals() -> dict:
     """Handle :data:`STOP_SIGNALS` here: each one is sent on to the workers (this process's
     children), whose ``PreemptionHook`` saves and exits with :data:`STOPPED`; the agent sees
-    their exits as it sees any other. Before a worker exists the signal ends this process as
-    it would without the handler. Returns a dict that gets ``signal`` (the first one's name)."""
+    their exits as it sees any other, and workers it restarts after that (``MAX_RESTARTS``)
+    exit with STOPPED at once (:data:`STOP_REQUESTED_ENV`). Before a worker exists the signal
+    ends this process as it would without the handler. Returns a dict that gets ``signal``
+    (the first one's name)."""
     import signal
     received: dict = {}
 
@@ -110,6 +115,7 @@ def forward_stop_signals() -> dict:
             os.kill(os.getpid(), signum)
             return
         received.setdefault('signal', signal.Signals(signum).name)
+        os.environ[STOP_REQUESTED_ENV] = received['signal']
         for worker in workers:
             try:
                 worker.send_signal(signum)

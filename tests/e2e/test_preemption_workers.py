@@ -57,22 +57,24 @@ def test_a_stop_signal_to_every_process_saves_and_resume_trains_each_batch_once(
         assert trained[rank] == stop_point_reference[rank]
 
 
-@pytest.mark.parametrize('signum, whom', [(signal.SIGTERM, 'all'), (signal.SIGUSR1, 'all'),
-                                          (signal.SIGTERM, 'script')])
+@pytest.mark.parametrize('signum, whom, restarts', [(signal.SIGTERM, 'all', '0'),
+                                                    (signal.SIGUSR1, 'all', '0'),
+                                                    (signal.SIGTERM, 'script', '2')])
 def test_dist_train_sh_waits_for_its_ranks_and_exits_with_their_code(stop_point_reference,
                                                                      demo_data, tmp_path, signum,
-                                                                     whom):
+                                                                     whom, restarts):
     """The signal reaches every process of the job, the script and torchrun included (a
     terminal's process group, ``kill -- -PGID``), or the script alone (a container's stop, whose
     first process it is): the script and torchrun send it on to the ranks, wait while they
-    save, exit 75, and ``--resume`` through the same script trains each batch once."""
+    save, exit 75, and ``--resume`` through the same script trains each batch once. With
+    ``MAX_RESTARTS``, torchrun restarts the stopped workers: they do not train again."""
     flags, work = str(tmp_path / 'flags'), str(tmp_path / 'w')
     config = demo_with_hooks(tmp_path, hook_source(flags, 10), ['stop_point_hook'])
     cmd = [
         'bash', 'tools/dist_train.sh', config, '2', '--work-dir', work,
         *demo_options(demo_data, EPOCHS, **STOP_OPTIONS, **DEMO_WORKERS)
     ]
-    proc = popen(cmd)
+    proc = popen(cmd, env=dict(MAX_RESTARTS=restarts))
     alive = lambda: proc.poll() is None  # noqa: E731
     wait_for([osp.join(flags, f'paused_rank{r}') for r in (0, 1)], alive=alive)
     everyone = _job_processes([proc])  # the script, torchrun, 2 ranks and their 4 workers
@@ -87,6 +89,9 @@ def test_dist_train_sh_waits_for_its_ranks_and_exits_with_their_code(stop_point_
     assert f'saved {work}/iter_12.pth' in out, out[-3000:]
     assert 'is killed by signal' not in out and '==== mmddp_ext diagnosis' not in out
     assert not [p for p in everyone if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert 'Epoch(train) [2][5/8]' not in out  # not even by a restarted worker
+    if restarts != '0':
+        assert 'not started again: the job was stopped by SIGTERM' in out
 
     [(rc, out)] = finish([popen(cmd + ['--resume'])])
     assert rc == 0, out[-3000:]
