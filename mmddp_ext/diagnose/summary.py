@@ -186,8 +186,8 @@ def _raised_lines(records: List[Dict]) -> List[str]:
             f'  {first.get("exc_type")}: ' + '\n  '.join(_first_lines(_shown_message(first)))
         ]
         explained = {first.get('rank')}
-    lines += worker_death_lines(str(first.get('message', '')))
-    lines += raise_site_lines(first)
+    # a worker's death interrupts the rank wherever it is: where it raised says nothing
+    lines += worker_death_lines(str(first.get('message', ''))) or raise_site_lines(first)
     lines.append(f'  full traceback: {first.get("traceback_file")}')
     lines += _memory_lines(first)
     others = [r for r in records if r.get('rank') not in explained]

@@ -109,3 +109,4 @@ def test_a_worker_killed_by_itself_is_the_cause_on_its_rank(demo_data, tmp_path)
             "often the host's out-of-memory killer") in flat
     assert 'fix: fewer DataLoader workers (train_dataloader.num_workers)' in flat
     assert 'then: rank 0 RuntimeError (peer lost)' in flat
+    assert 'raised at' not in flat  # the worker's death interrupts the rank anywhere
