@@ -26,7 +26,8 @@
 # and replaces torchrun's dump of a failed worker by one line plus the diagnosis.
 # Exit codes: 0 done; 1 a worker failed (diagnosis printed); 2 nothing started (one line says
 # why: bad arguments, port in use, node 0 unreachable, the other nodes did not join); 75 stopped
-# by SIGTERM/SIGUSR1 after saving a checkpoint (PreemptionHook): --resume continues.
+# by SIGTERM/SIGUSR1 after saving a checkpoint (PreemptionHook): --resume continues. A SIGTERM or
+# SIGUSR1 to this script alone goes on to the ranks; the script waits while they save.
 set -uo pipefail
 
 if [ $# -lt 2 ]; then
