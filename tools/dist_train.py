@@ -47,4 +47,6 @@ if __name__ == '__main__':
     gc.disable()
     _pin_device_early()
     from mmddp_ext.entry.train import main
+    from mmddp_ext.utils.process_state import own_process
+    own_process()  # its process-wide settings are the run's (mmddp_ext.utils.process_state)
     sys.exit(main())

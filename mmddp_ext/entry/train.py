@@ -26,6 +26,7 @@ from ..scaling.apply import CheckedScaling, check_scaling
 from ..utils.checks import did_you_mean
 from ..utils.config import load_config
 from ..utils.mmcv_ops import missing_gpu_ops
+from ..utils.process_state import owns_process, restore, snapshot
 from ..utils.start_up import settle_start_up
 from .cli import build_parser, default_work_dir, parse_args  # noqa: F401  (the entry's API)
 
@@ -182,7 +183,8 @@ def _train(args: argparse.Namespace, env: DistEnv) -> int:
         notes += ensure_process_group(env.launcher, cfg.get('env_cfg', {}).get('dist_cfg'), env)
         ops = missing_gpu_ops(cfg, _tensors_on_gpu())  # said before the first iteration
         runner = build_runner(cfg, checked)
-        settle_start_up()  # the collector on again, the start-up's objects out of its view
+        if owns_process():  # a guest leaves the caller's collector alone
+            settle_start_up()  # the collector on again, the start-up's objects out of its view
         for note in notes:
             print_log(f'[mmddp_ext] {note}', logger='current')
         if ops is not None:
@@ -214,7 +216,8 @@ def _explain(args: argparse.Namespace) -> int:
     cfg = build_config(args)
     checked = check_config(cfg, world, world > 1)
     info = explain(cfg, world, env, checked)
-    settle_start_up()  # before the forecast measures a step: the collector on, as in training
+    if owns_process():
+        settle_start_up()  # before the forecast measures a step: the collector on, as in training
     if args.memory or args.device_memory is not None:
         info['memory_forecast'] = forecast_memory(cfg, world, info['per_device_batch_size'],
                                                   env.nnodes, args.device_memory, checked)
@@ -226,8 +229,12 @@ def _explain(args: argparse.Namespace) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     """Train; returns the process exit code: 0 done, 1 with a one-line message for user
     mistakes, 75 (:data:`~mmddp_ext.hooks.STOPPED_EXIT_CODE`) stopped by a signal after saving
-    a checkpoint (``--resume`` continues)."""
+    a checkpoint (``--resume`` continues).
+
+    Called as a library (not from ``tools/dist_train.py``), it leaves the caller's process as
+    it found it (:mod:`mmddp_ext.utils.process_state`)."""
     args = parse_args(argv)
+    state = snapshot()
     try:
         if args.explain:
             return _explain(args)
@@ -237,3 +244,5 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f'[mmddp_ext] error: {e}', file=sys.stderr, flush=True)
         get_error_handler().record_exception(e)  # torchrun's summary shows the same line
         return 1
+    finally:
+        restore(state)

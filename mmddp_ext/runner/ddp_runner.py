@@ -34,6 +34,7 @@ from ..scaling.apply import CheckedScaling, apply_plan, check_scaling, plan_for_
 from ..scaling.config import ScalingConfig
 from ..utils.io import move_into_place
 from ..utils.log import log_line
+from ..utils.process_state import restore, snapshot
 from ..utils.quiet import quiet_logger, quiet_warnings
 from .config_text import TextOnceConfig
 from .resumable_loop import resumable_loop_cfg
@@ -198,6 +199,7 @@ class DDPRunner(Runner):
     """
 
     scaling_plan = None
+    process_state: Optional[dict] = None  # what train/val/test put back (a guest's process)
     scaling_changes: Tuple[str, ...] = ()
     batch_probe: Any = None
     trial_baseline = None
@@ -213,6 +215,17 @@ class DDPRunner(Runner):
         ``scaling`` block does not apply); distributed runs still get the lean DDP wrapper and
         our hooks.
         """
+        state = snapshot()  # a guest's process as it was, when the run ends (process_state)
+        try:
+            runner = cls._from_cfg(cfg, checked)
+        except BaseException:
+            restore(state)
+            raise
+        runner.process_state = state
+        return runner
+
+    @classmethod
+    def _from_cfg(cls, cfg: Any, checked: Optional[CheckedScaling]) -> 'DDPRunner':
         cfg = TextOnceConfig.copy_of(cfg)  # formatted once, not at every pretty_text
         launcher = cfg.get('launcher', 'none')
         world_size, _ = _read_layout(launcher)
@@ -368,6 +381,28 @@ class DDPRunner(Runner):
         """MMEngine's resume, loading to CPU by default (no transient second copy of the
         weights and optimizer state on the GPU; tensors move to their parameters' device)."""
         return super().resume(filename, resume_optimizer, resume_param_scheduler, map_location)
+
+    def train(self) -> Any:
+        """MMEngine's training; then, in a process that is not ours, what building and training
+        changed process-wide is put back (:mod:`mmddp_ext.utils.process_state`)."""
+        try:
+            return super().train()
+        finally:
+            restore(self.process_state)
+
+    def val(self) -> Any:
+        """MMEngine's validation; then, as :meth:`train`, the caller's process as it was."""
+        try:
+            return super().val()
+        finally:
+            restore(self.process_state)
+
+    def test(self) -> Any:
+        """MMEngine's test; then, as :meth:`train`, the caller's process as it was."""
+        try:
+            return super().test()
+        finally:
+            restore(self.process_state)
 
     def setup_env(self, env_cfg: dict) -> None:
         """Filter known-harmless warnings (:func:`~mmddp_ext.utils.quiet.quiet_warnings`;

@@ -9,9 +9,10 @@ over that heap, and at exit the interpreter's own collections walk it once more 
 are torn down.
 
 ``tools/dist_train.py`` therefore turns the collector off before its first import, and the entry
-calls :func:`settle_start_up` once the runner is built: one collection (the start-up's own
-garbage is freed, not kept), then ``gc.freeze()`` moves what survived out of the collector's
-view, and the collector is turned on for training. Python's documentation describes the same
+calls :func:`settle_start_up` once the runner is built, in a process of ours only
+(:mod:`mmddp_ext.utils.process_state`: a caller's objects are never frozen): one collection
+(the start-up's own garbage is freed, not kept), then ``gc.freeze()`` moves what survived out
+of the collector's view, and the collector is turned on for training. Python's documentation describes the same
 pattern (``gc.disable()`` early, ``gc.freeze()`` once the long-lived objects exist); it also
 keeps forked data-loader workers from writing to those objects' pages.
 
