@@ -12,9 +12,9 @@ are torn down.
 calls :func:`settle_start_up` once the runner is built, in a process of ours only
 (:mod:`mmddp_ext.utils.process_state`: a caller's objects are never frozen): one collection
 (the start-up's own garbage is freed, not kept), then ``gc.freeze()`` moves what survived out
-of the collector's view, and the collector is turned on for training. Python's documentation describes the same
-pattern (``gc.disable()`` early, ``gc.freeze()`` once the long-lived objects exist); it also
-keeps forked data-loader workers from writing to those objects' pages.
+of the collector's view, and the collector is turned on for training. Python's documentation
+describes the same pattern (``gc.disable()`` early, ``gc.freeze()`` once the long-lived objects
+exist); it also keeps forked data-loader workers from writing to those objects' pages.
 
 What was frozen is never collected, at exit neither: the runner (in reference cycles through its
 loops and hooks) and its DDP model are not destroyed while the interpreter shuts down, which is
