@@ -19,12 +19,14 @@ class TextOnceConfig(Config):
 
     @classmethod
     def copy_of(cls, cfg: Any) -> 'TextOnceConfig':
-        """A deep copy of ``cfg`` (a Config or a dict) as a ``TextOnceConfig``."""
-        source = copy.deepcopy(cfg) if isinstance(cfg, Config) else Config(cfg)
-        out = cls.__new__(cls)
-        for key, value in vars(source).items():
-            object.__setattr__(out, key, value)
-        return out
+        """A deep copy of ``cfg`` (a Config or a dict) as a ``TextOnceConfig``, through
+        ``Config``'s public constructor: its content, source text, file name and environment
+        variables."""
+        if not isinstance(cfg, Config):
+            return cls(copy.deepcopy(dict(cfg)))
+        return cls(
+            copy.deepcopy(cfg.to_dict()), cfg_text=cfg.text, filename=cfg.filename,
+            env_variables=copy.deepcopy(cfg.env_variables))
 
     @property
     def pretty_text(self) -> str:

@@ -8,6 +8,7 @@ import os.path as osp
 from unittest import mock
 
 import mmengine.config.config as mmengine_config
+import pytest
 from mmengine.config import Config
 from mmengine.testing import RunnerTestCase
 
@@ -19,6 +20,27 @@ from conftest import DEMO_CONFIG
 
 def _counting_format_code():
     return mock.patch.object(mmengine_config, 'FormatCode', wraps=mmengine_config.FormatCode)
+
+
+def _rtmpose() -> str:
+    import mmpose
+    return osp.join(
+        osp.dirname(mmpose.__file__), '.mim', 'configs', 'body_2d_keypoint', 'rtmpose', 'coco',
+        'rtmpose-m_8xb256-420e_coco-256x192.py')
+
+
+RETINANET = osp.join(
+    osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))), 'configs', 'examples', 'mmdet',
+    'retinanet_r18_fpn_1xb4-12e_demo-det-128.py')
+
+
+@pytest.mark.parametrize('config', ['demo', 'rtmpose', 'retinanet'])
+def test_the_copy_is_the_configs_own(config):
+    """Content, text, file name and text as MMEngine formats it, for real recipes."""
+    plain = Config.fromfile(dict(demo=DEMO_CONFIG, retinanet=RETINANET).get(config) or _rtmpose())
+    kept = TextOnceConfig.copy_of(plain)
+    assert kept.to_dict() == plain.to_dict() and kept.filename == plain.filename
+    assert kept.text == plain.text and kept.pretty_text == plain.pretty_text
 
 
 def test_text_is_mmengine_s_and_formatted_once_per_content():
