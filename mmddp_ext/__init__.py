@@ -1,17 +1,16 @@
 """mmddp_ext: correct, understandable multi-GPU and multi-node training for MMEngine projects.
 
-Importing the package only registers things: ``DDPRunner`` and our hooks in MMEngine's
-registries, the ``mmddp_ext::`` config scope in MMEngine's package table, and the safe local
-checkpoint loader (see :mod:`mmddp_ext.checkpoint`).
+Importing the package registers ``DDPRunner``, our hooks, loops and samplers in MMEngine's
+registries, and makes the few changes :mod:`mmddp_ext.import_changes` lists with their reasons
+(the ``mmddp_ext::`` config scope, the safe local checkpoint loader, ``runner_type`` honoured by
+``Runner.from_cfg``).
 """
 from . import hooks, runner  # noqa: F401  (registration)
-from .checkpoint import register_safe_loader
 from .dist import microbatch  # noqa: F401  (registration)
 from .entry.launch import launch
-from .utils.config import register_config_scope
+from .import_changes import apply_import_changes
 from .version import __version__
 
-register_config_scope()
-register_safe_loader()
+apply_import_changes()
 
 __all__ = ['__version__', 'launch']
