@@ -7,7 +7,11 @@
 run_forwarding_stop_signals() {
   _MMDDP_TERM_AS=$1
   shift
-  "$@" <&0 &
+  if { true <&0; } 2>/dev/null; then
+    "$@" <&0 &  # the script's own stdin (bash gives a background command /dev/null)
+  else
+    "$@" </dev/null &  # started with stdin closed
+  fi
   _MMDDP_CHILD=$!
   trap 'kill -s "$_MMDDP_TERM_AS" "$_MMDDP_CHILD" 2>/dev/null || true' TERM
   trap 'kill -s USR1 "$_MMDDP_CHILD" 2>/dev/null || true' USR1
