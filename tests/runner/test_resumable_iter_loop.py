@@ -19,7 +19,7 @@ SAMPLES, BATCH = 64, 4
 
 
 @DATASETS.register_module(force=True)
-class LoadRecordingDataset(Dataset):
+class RecordedLoadsToyDataset(Dataset):
     """Sample ``i`` is ``[i / 64] * 2``; each load appends ``i`` to ``record`` (workers too)."""
     metainfo: dict = {}
 
@@ -70,7 +70,7 @@ class TestResumableIterLoop(RunnerTestCase):
         cfg = copy.deepcopy(self.iter_based_cfg)
         work = osp.join(self.temp_dir.name, name)
         cfg.train_dataloader = dict(
-            dataset=dict(type='LoadRecordingDataset', record=work + '_loads.txt'),
+            dataset=dict(type='RecordedLoadsToyDataset', record=work + '_loads.txt'),
             sampler=dict(type=sampler, shuffle=True) if sampler != 'OwnSampler' else dict(
                 type=sampler), batch_size=BATCH, num_workers=workers, persistent_workers=workers
             > 0)
@@ -114,7 +114,10 @@ class TestResumableIterLoop(RunnerTestCase):
         self.assertIsInstance(runner.train_dataloader.sampler, ResumableInfiniteSampler)
 
     def test_infinite_sampler_with_persistent_workers(self):
-        self._resume_loads_nothing_before('InfiniteSampler', 2, 8, 12)
+        runner = self._resume_loads_nothing_before('InfiniteSampler', 2, 8, 12)
+        loader = runner.train_dataloader
+        self.assertEqual((loader.num_workers, loader.persistent_workers), (2, True))
+        self.assertIsInstance(loader.sampler, ResumableInfiniteSampler)
 
     def test_default_sampler_resumes_in_its_second_pass(self):
         # iteration 20 of a 16-batch pass: the second pass's own shuffle, 4 batches in
@@ -123,11 +126,15 @@ class TestResumableIterLoop(RunnerTestCase):
 
     def test_a_sampler_that_cannot_skip_loads_and_drops_and_says_so(self):
         _, reference, _ = self._train(self._cfg('ref', 12, 'OwnSampler', 0))
-        _, resumed, loads = self._train(
+        runner, resumed, loads = self._train(
             self._cfg('resumed', 12, 'OwnSampler', 0, resume=True,
                       load_from=osp.join(self.temp_dir.name, 'ref', 'iter_8.pth')))
         self.assertEqual(resumed, reference[8:])
         self.assertEqual(len(loads), 12 * BATCH)  # the 8 batches before, dropped, and 4 trained
+        with open(osp.join(runner.log_dir, f'{runner.timestamp}.log')) as f:
+            self.assertIn(
+                'the sampler (OwnSampler) cannot skip batches: loading and dropping '
+                'the first 8', f.read())
 
     def test_built_as_mmengine_builds_its_loop_but_without_starting_the_loader(self):
         import psutil
