@@ -13,10 +13,11 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from ..gpu import gpus
 from ..utils.checks import positive_int
+from ..utils.process_state import restore, snapshot
 from . import slurm
 from .env import DistEnv, DistEnvError, choose_backend, detect_launcher, read_dist_env
-from .rendezvous import (DEFAULT_LOG_EVERY, DEFAULT_TIMEOUT, IFNAME_VARS, LOG_EVERY_ENV,
-                         TIMEOUT_ENV, find_free_port, is_loopback, listen_on)
+from .rendezvous import (DEFAULT_LOG_EVERY, DEFAULT_TIMEOUT, LOG_EVERY_ENV, TIMEOUT_ENV,
+                         find_free_port, is_loopback, listen_on)
 from .rendezvous import log as _log
 from .rendezvous import (loopback_store, pin_loopback_interfaces, port_free, port_in_use_message,
                          seconds_from_env, unreachable_causes, wait_for_listener, wait_until)
@@ -268,7 +269,8 @@ def launch_workers(main_func: Callable[..., Any], argv: Sequence[str] = (), npro
     positive_int('nproc_per_node', nproc_per_node, 'a positive integer')
     if nnodes > 1 and master_port is None:
         raise ValueError(f'nnodes={nnodes} needs an explicit master_port shared by all nodes')
-    store, saved = None, {var: os.environ.get(var) for var in IFNAME_VARS}
+    store, state = None, snapshot()  # the caller's process as it was, after (the interfaces
+    # pinned below, the variables torch's launcher sets)
     if nnodes == 1 and is_loopback(master_addr):  # listen on loopback only (see run_front)
         master_addr = '127.0.0.1' if master_addr == 'localhost' else master_addr
         try:
@@ -291,8 +293,4 @@ def launch_workers(main_func: Callable[..., Any], argv: Sequence[str] = (), npro
         return elastic_launch(lc, main_func)(list(argv))
     finally:
         del store
-        for var, value in saved.items():  # the caller's environment as it was
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = value
+        restore(state)

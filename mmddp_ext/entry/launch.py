@@ -6,7 +6,7 @@ from typing import Optional, Sequence, Union
 from mmengine.config import Config
 
 from ..dist.launch import launch_workers
-from ..utils.process_state import own_process, restore, snapshot
+from ..utils.process_state import own_process
 from .train import main
 
 
@@ -36,7 +36,6 @@ def launch(config: Union[str, Config], nproc_per_node: int = 1, nnodes: int = 1,
         >>> mmddp_ext.launch('configs/demo/td-hm_res18_1xb32-30e_demo-64x64.py',
         ...                  nproc_per_node=2, args=['--work-dir', 'work_dirs/demo'])
     """
-    state = snapshot()  # the caller's process as it was, after (torch's launcher sets variables)
     path = _config_path(config)
     try:
         return launch_workers(worker_main, [path, *args], nproc_per_node, nnodes, node_rank,
@@ -44,7 +43,6 @@ def launch(config: Union[str, Config], nproc_per_node: int = 1, nnodes: int = 1,
     finally:
         if path is not config:  # the file dumped from a Config object (restarts included)
             os.unlink(path)
-        restore(state)
 
 
 def worker_main(argv) -> int:

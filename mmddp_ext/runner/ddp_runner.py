@@ -36,6 +36,7 @@ from ..utils.io import move_into_place
 from ..utils.log import log_line
 from ..utils.process_state import restore, snapshot
 from ..utils.quiet import quiet_logger, quiet_warnings
+from .callers_process import PutsBackCallersProcess
 from .config_text import TextOnceConfig
 from .resumable_loop import resumable_loop_cfg
 
@@ -181,7 +182,7 @@ def applies_plan(runner_type: Any) -> bool:
 
 
 @RUNNERS.register_module()
-class DDPRunner(Runner):
+class DDPRunner(PutsBackCallersProcess, Runner):
     """A Runner whose batch size, accumulation, LR and schedule follow the ``scaling`` plan.
 
     Construct it with :meth:`from_cfg` (``RUNNERS.build(cfg)`` does). Attributes added to the
@@ -199,7 +200,6 @@ class DDPRunner(Runner):
     """
 
     scaling_plan = None
-    process_state: Optional[dict] = None  # what train/val/test put back (a guest's process)
     scaling_changes: Tuple[str, ...] = ()
     batch_probe: Any = None
     trial_baseline = None
@@ -381,28 +381,6 @@ class DDPRunner(Runner):
         """MMEngine's resume, loading to CPU by default (no transient second copy of the
         weights and optimizer state on the GPU; tensors move to their parameters' device)."""
         return super().resume(filename, resume_optimizer, resume_param_scheduler, map_location)
-
-    def train(self) -> Any:
-        """MMEngine's training; then, in a process that is not ours, what building and training
-        changed process-wide is put back (:mod:`mmddp_ext.utils.process_state`)."""
-        try:
-            return super().train()
-        finally:
-            restore(self.process_state)
-
-    def val(self) -> Any:
-        """MMEngine's validation; then, as :meth:`train`, the caller's process as it was."""
-        try:
-            return super().val()
-        finally:
-            restore(self.process_state)
-
-    def test(self) -> Any:
-        """MMEngine's test; then, as :meth:`train`, the caller's process as it was."""
-        try:
-            return super().test()
-        finally:
-            restore(self.process_state)
 
     def setup_env(self, env_cfg: dict) -> None:
         """Filter known-harmless warnings (:func:`~mmddp_ext.utils.quiet.quiet_warnings`;

@@ -12,20 +12,12 @@ import psutil
 import pytest
 
 from conftest import DEMO_WORKERS, demo_options, demo_with_hooks, finish, popen, stop_point_by_hand
-from tests.helpers.stop_point_hook import STOP_OPTIONS, hook_source, trained_iterations, wait_for
+from tests.helpers.stop_point_hook import (STOP_OPTIONS, hook_source, job_processes,
+                                           trained_iterations, wait_for)
 
 pytestmark = pytest.mark.slow
 
 EPOCHS = 2
-
-
-def _job_processes(procs) -> list:
-    """Every process of the job: the ranks and their DataLoader workers."""
-    out = []
-    for p in procs:
-        rank = psutil.Process(p.pid)
-        out += [rank] + rank.children(recursive=True)
-    return out
 
 
 @pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGUSR1])
@@ -36,7 +28,7 @@ def test_a_stop_signal_to_every_process_saves_and_resume_trains_each_batch_once(
     procs = stop_point_by_hand(config, work, demo_data, options=DEMO_WORKERS)
     alive = lambda: all(p.poll() is None for p in procs)  # noqa: E731
     wait_for([osp.join(flags, f'paused_rank{r}') for r in (0, 1)], alive=alive)
-    everyone = _job_processes(procs)
+    everyone = job_processes(procs)
     assert len(everyone) >= 2 * 3, everyone  # each rank and its 2 workers
     for process in everyone:
         process.send_signal(signum)
@@ -77,7 +69,7 @@ def test_dist_train_sh_waits_for_its_ranks_and_exits_with_their_code(stop_point_
     proc = popen(cmd, env=dict(MAX_RESTARTS=restarts))
     alive = lambda: proc.poll() is None  # noqa: E731
     wait_for([osp.join(flags, f'paused_rank{r}') for r in (0, 1)], alive=alive)
-    everyone = _job_processes([proc])  # the script, torchrun, 2 ranks and their 4 workers
+    everyone = job_processes([proc])  # the script, torchrun, 2 ranks and their 4 workers
     assert len(everyone) >= 1 + 1 + 2 * 3, everyone
     for process in everyone if whom == 'all' else everyone[:1]:
         process.send_signal(signum)

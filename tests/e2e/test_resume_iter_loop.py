@@ -8,12 +8,12 @@ import os.path as osp
 import signal
 from collections import Counter
 
-import psutil
 import pytest
 
 from conftest import DEMO_WORKERS, PYTHON, demo_options, demo_with_hooks, finish, popen
 from tests.helpers.load_record import loads
-from tests.helpers.stop_point_hook import STOP_OPTIONS, hook_source, trained_iterations, wait_for
+from tests.helpers.stop_point_hook import (STOP_OPTIONS, hook_source, job_processes,
+                                           trained_iterations, wait_for)
 
 pytestmark = pytest.mark.slow
 
@@ -66,9 +66,8 @@ def test_sigterm_under_iter_based_loop_resumes_at_the_sampler(demo_data, tmp_pat
     procs = _by_hand(config, work, demo_data, ITERS)
     alive = lambda: all(p.poll() is None for p in procs)  # noqa: E731
     wait_for([osp.join(flags, f'paused_rank{r}') for r in (0, 1)], alive=alive)
-    for p in procs:  # each rank and its workers
-        for process in [psutil.Process(p.pid)] + psutil.Process(p.pid).children(recursive=True):
-            process.send_signal(signal.SIGTERM)
+    for process in job_processes(procs):  # each rank and its workers
+        process.send_signal(signal.SIGTERM)
     wait_for([osp.join(flags, f'received_rank{r}') for r in (0, 1)], alive=alive)
     open(osp.join(flags, 'go'), 'w').close()
     results = finish(procs)

@@ -108,6 +108,17 @@ def wait_for(paths, bound: float = 300.0, alive=lambda: True) -> None:
     raise AssertionError(f'not there after {bound:.0f} s: {missing}')
 
 
+def job_processes(procs) -> list:
+    """Every process of a job started as ``procs`` (Popen objects): each one, and all their
+    descendants (torchrun, the ranks, their DataLoader workers)."""
+    import psutil
+    out = []
+    for p in procs:
+        top = psutil.Process(p.pid)
+        out += [top] + top.children(recursive=True)
+    return out
+
+
 def trained_iterations(flag_dir: str, world: int) -> dict:
     """``{rank: [(iter, epoch, ids), ...]}`` in the order trained, over all runs."""
     out = {}

@@ -63,20 +63,17 @@ class TestResumableLoop(RunnerTestCase):
         self.assertEqual([it for it, _, _ in resumed], [5, 6, 7, 8])
 
     def test_loop_configs(self):
-        self.assertEqual(
-            resumable_loop_cfg(dict(by_epoch=True, max_epochs=3)),
-            dict(type='ResumableEpochLoop', max_epochs=3))
-        self.assertEqual(
-            resumable_loop_cfg(dict(type='EpochBasedTrainLoop', max_epochs=3)),
-            dict(type='ResumableEpochLoop', max_epochs=3))
-        self.assertEqual(
-            resumable_loop_cfg(dict(by_epoch=False, max_iters=5)),
-            dict(type='ResumableIterLoop', max_iters=5))
-        self.assertEqual(
-            resumable_loop_cfg(dict(type='IterBasedTrainLoop', max_iters=5)),
-            dict(type='ResumableIterLoop', max_iters=5))
-        for kept in (dict(type='MyLoop', max_epochs=3), dict(max_epochs=3)):
-            self.assertEqual(resumable_loop_cfg(kept), kept)
+        for given, built in (
+            (dict(by_epoch=True, max_epochs=3), dict(type='ResumableEpochLoop', max_epochs=3)),
+            (dict(type='EpochBasedTrainLoop',
+                  max_epochs=3), dict(type='ResumableEpochLoop', max_epochs=3)),
+            (dict(by_epoch=False, max_iters=5), dict(type='ResumableIterLoop', max_iters=5)),
+            (dict(type='IterBasedTrainLoop',
+                  max_iters=5), dict(type='ResumableIterLoop', max_iters=5)),
+            (dict(type='MyLoop', max_epochs=3), dict(type='MyLoop', max_epochs=3)),  # kept
+            (dict(max_epochs=3), dict(max_epochs=3)),
+        ):
+            self.assertEqual(resumable_loop_cfg(given), built)
         self.assertTrue(issubclass(ResumableEpochLoop, EpochBasedTrainLoop))
         self.assertFalse(issubclass(IterBasedTrainLoop, ResumableEpochLoop))
 
