@@ -7,10 +7,10 @@ registries, and makes the few changes :mod:`mmddp_ext.import_changes` lists with
 """
 from . import hooks, runner  # noqa: F401  (registration)
 from .dist import microbatch  # noqa: F401  (registration)
-from .entry.launch import launch
+from .entry.launch import LaunchFailed, launch
 from .import_changes import apply_import_changes
 from .version import __version__
 
 apply_import_changes()
 
-__all__ = ['__version__', 'launch']
+__all__ = ['__version__', 'LaunchFailed', 'launch']

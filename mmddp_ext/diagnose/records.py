@@ -97,6 +97,30 @@ def read_failures(work_dir: str) -> List[Dict[str, Any]]:
     return sorted(records, key=lambda r: (r.get('time', 0), r.get('rank', 0)))
 
 
+WORK_DIR_NOTE_ENV = 'MMDDP_WORK_DIR_NOTE'  # set by mmddp_ext.launch() for its workers
+
+
+def note_work_dir(work_dir: str) -> None:
+    """Tell the launcher that started this rank (:func:`mmddp_ext.launch`, through
+    ``$MMDDP_WORK_DIR_NOTE``) where its records are, so that a failure it reports can name the
+    rank at fault; nothing when no launcher asked. Never raises."""
+    path = os.environ.get(WORK_DIR_NOTE_ENV)
+    if path:
+        try:
+            atomic_write_text(path, osp.abspath(work_dir), durable=False)
+        except OSError:
+            pass
+
+
+def noted_work_dir(path: str) -> Union[str, None]:
+    """The work_dir a rank noted in ``path`` (:func:`note_work_dir`), or None."""
+    try:
+        with open(path) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 RANKS_DIR = 'ranks'
 LAUNCH_REPORT = 'launch.json'  # the launcher's failure report, kept by the diagnosis
 

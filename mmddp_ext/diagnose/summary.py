@@ -234,6 +234,22 @@ def _agreed_only(record: Dict) -> bool:
     return ranks is not None and record.get('rank') not in ranks
 
 
+def rank_at_fault(records: List[Dict], launch: List[Dict]) -> Optional[int]:
+    """The rank the diagnosis blames, from the failure records and the launcher's report: the
+    first killed by a signal that is not the launcher's own stop and raised nothing, else the
+    first that failed by itself (:func:`_first_failure`), else the launcher's first failure."""
+    raised = {r.get('rank') for r in records}
+    killed = [
+        f for f in launch
+        if signal_name(f) and signal_name(f) not in LAUNCHER_STOP and f.get('rank') not in raised
+    ]
+    if killed:
+        return min(killed, key=lambda f: f.get('time') or 0).get('rank')
+    if records:
+        return _first_failure(records).get('rank')
+    return launch[0].get('rank') if launch else None
+
+
 def _first_failure(records: List[Dict]) -> Dict:
     """The first rank that failed by itself: not one that only lost its peer, nor one that
     stopped because the ranks agreed that another rank ran out of memory."""

@@ -1,13 +1,47 @@
 """``mmddp_ext.launch()``: training from Python, with torch.distributed.elastic's agent
 (``docs/launching.md``)."""
 import os
+import tempfile
 from typing import Optional, Sequence, Union
 
 from mmengine.config import Config
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+from ..diagnose.records import WORK_DIR_NOTE_ENV, noted_work_dir, read_failures
+from ..diagnose.summary import rank_at_fault, summarize
 from ..dist.launch import launch_workers
+from ..dist.run_front import failure_records
 from ..utils.process_state import own_process
 from .train import main
+
+
+class LaunchFailed(ChildFailedError):
+    """What :func:`launch` raises when a rank fails: torch's ``ChildFailedError`` with the
+    diagnosis of the run's records.
+
+    torch's agent reports the first failed process it sees, and stops the others: often a rank
+    that only lost its peer, when the rank at fault took longer to end (its DataLoader workers,
+    its failure record). ``failures`` is torch's report as it is; ``rank_at_fault`` is the rank
+    the diagnosis blames, ``diagnosis`` its screen (``python -m mmddp_ext.diagnose WORK_DIR``),
+    and both lead the message.
+
+    Attributes:
+        rank_at_fault: the global rank that failed first by itself (or was killed by a signal).
+        diagnosis: the diagnosis text.
+        work_dir: the run's work_dir.
+    """
+
+    def __init__(self, error: ChildFailedError, work_dir: str):
+        launch = failure_records(error.failures)
+        records = read_failures(work_dir)
+        self.work_dir = work_dir
+        self.rank_at_fault = rank_at_fault(records, launch)
+        self.diagnosis = summarize(work_dir, records, launch=launch)
+        super().__init__(error.name, error.failures)
+
+    def __str__(self) -> str:
+        return (f'rank {self.rank_at_fault} failed first; {self.diagnosis}\n'
+                f'{super().__str__()}')
 
 
 def launch(config: Union[str, Config], nproc_per_node: int = 1, nnodes: int = 1, node_rank: int = 0,
@@ -30,6 +64,9 @@ def launch(config: Union[str, Config], nproc_per_node: int = 1, nnodes: int = 1,
     Returns:
         ``{rank: return value}`` of the local workers (0 on success).
 
+    Raises:
+        LaunchFailed: a rank failed (a ``ChildFailedError`` that names the rank at fault).
+
     Example::
 
         >>> import mmddp_ext
@@ -37,10 +74,24 @@ def launch(config: Union[str, Config], nproc_per_node: int = 1, nnodes: int = 1,
         ...                  nproc_per_node=2, args=['--work-dir', 'work_dirs/demo'])
     """
     path = _config_path(config)
+    fd, note = tempfile.mkstemp(prefix='mmddp_work_dir_', suffix='.txt')
+    os.close(fd)
+    before = os.environ.get(WORK_DIR_NOTE_ENV)
+    os.environ[WORK_DIR_NOTE_ENV] = note  # the workers say where their records are
     try:
         return launch_workers(worker_main, [path, *args], nproc_per_node, nnodes, node_rank,
                               master_addr, master_port, max_restarts, run_id, start_method)
+    except ChildFailedError as e:
+        work_dir = noted_work_dir(note)
+        if work_dir is None:  # no rank got as far as its work_dir: torch's report is all
+            raise
+        raise LaunchFailed(e, work_dir) from None
     finally:
+        if before is None:
+            os.environ.pop(WORK_DIR_NOTE_ENV, None)
+        else:
+            os.environ[WORK_DIR_NOTE_ENV] = before
+        os.unlink(note)
         if path is not config:  # the file dumped from a Config object (restarts included)
             os.unlink(path)
 
@@ -54,7 +105,6 @@ def worker_main(argv) -> int:
 def _config_path(config) -> str:
     if isinstance(config, str):
         return config
-    import tempfile
     tmp = tempfile.NamedTemporaryFile('w', suffix='.py', prefix='mmddp_launch_', delete=False)
     tmp.close()
     config.dump(tmp.name)

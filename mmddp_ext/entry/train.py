@@ -15,7 +15,7 @@ from mmengine.config import Config
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler, record
 
 from ..checkpoint import UNSAFE_ENV
-from ..diagnose.records import clear_failure, record_failure, stderr_path
+from ..diagnose.records import clear_failure, note_work_dir, record_failure, stderr_path
 from ..diagnose.stderr_copy import keep_stderr
 from ..dist.env import DistEnv, read_dist_env, threads_per_process
 from ..dist.launch import ensure_process_group, read_launch_env, shutdown
@@ -165,6 +165,7 @@ def _train(args: argparse.Namespace, env: DistEnv) -> int:
         work_dir = cfg.work_dir
         checked = check_config(cfg, env.world_size, env.distributed)  # before any rendezvous
         clear_failure(work_dir, env.rank)
+        note_work_dir(work_dir)  # for mmddp_ext.launch(), which names the rank at fault
         if env.distributed:  # what a rank that aborts in native code says is kept
             keep_stderr(stderr_path(work_dir, env.rank))
         notes = [env.describe(), *env.warnings]

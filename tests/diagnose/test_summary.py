@@ -327,3 +327,32 @@ def test_a_rank_that_raised_then_crashed_while_exiting_is_diagnosed_by_its_excep
     assert 'SIGSEGV' not in text
     assert 'ranks 0, 1 raised the same error' in text and 'no rank is the culprit' in text
     assert 'first failing rank' not in text
+
+
+PEER_LOST_0 = dict(rank=0, time=1.0, exc_type='RuntimeError',
+                   message='[gloo/transport/tcp/pair.cc:561] Connection closed by peer')
+OWN_1 = dict(rank=1, time=2.0, exc_type='RuntimeError', message='injected fault')
+LAUNCH_0 = dict(rank=0, exitcode=1, signal=None, time=3.0)
+KILLED_1 = dict(rank=1, exitcode=-9, signal='SIGKILL', time=3.0)
+STOPPED_1 = dict(rank=1, exitcode=-15, signal='SIGTERM', time=4.0)
+
+
+@pytest.mark.parametrize(
+    'records, launch, expected',
+    [
+        # the launcher saw the rank that lost its peer end first: the rank that raised is blamed
+        ([PEER_LOST_0, OWN_1], [LAUNCH_0], 1),
+        ([OWN_1, PEER_LOST_0], [LAUNCH_0], 1),
+        # killed by a signal, no exception of its own: the killed rank
+        ([PEER_LOST_0], [LAUNCH_0, KILLED_1], 1),
+        # the launcher's own stop (SIGTERM) is a consequence: the rank that raised
+        ([PEER_LOST_0, OWN_1], [LAUNCH_0, STOPPED_1], 1),
+        # every rank only lost its peer: the first record
+        ([PEER_LOST_0], [LAUNCH_0], 0),
+        # no records (nothing raised in Python): the launcher's first failure
+        ([], [KILLED_1, LAUNCH_0], 1),
+        ([], [], None),
+    ])
+def test_rank_at_fault(records, launch, expected):
+    from mmddp_ext.diagnose.summary import rank_at_fault
+    assert rank_at_fault(records, launch) == expected
