@@ -22,12 +22,13 @@ from ..dist.launch import ensure_process_group, read_launch_env, shutdown
 from ..dist.wrapper import ddp_param_names, model_wrapper_for
 from ..errors import UserError
 from ..hooks.preemption_hook import STOPPED_EXIT_CODE, TrainingStopped
+from ..runner.teardown import let_go_of_loaders
 from ..scaling.apply import CheckedScaling, check_scaling
 from ..utils.checks import did_you_mean
 from ..utils.config import load_config
 from ..utils.mmcv_ops import missing_gpu_ops
 from ..utils.process_state import owns_process, restore, snapshot
-from ..utils.start_up import settle_start_up
+from ..utils.start_up import release_run, settle_start_up
 from .cli import build_parser, default_work_dir, parse_args  # noqa: F401  (the entry's API)
 
 
@@ -197,11 +198,16 @@ def _train(args: argparse.Namespace, env: DistEnv) -> int:
         faulthandler.cancel_dump_traceback_later()  # this rank failed; it is not stuck
         record_failure(work_dir, env.rank, e, lambda: failure_context(runner, env, cfg))
         raise
-    # Clean exit: barrier -> destroy the process group; the runner and its DDP model stay
-    # frozen (settle_start_up), so they are not destroyed while the interpreter shuts down,
-    # where gloo used to abort ("terminate called without an active exception")
+    code = STOPPED_EXIT_CODE if stopped(runner) else 0
+    # Ordered teardown (runner/teardown.py): the data loaders' workers end, the runner (loops,
+    # hooks, DDP model) is freed while the process group is alive, then barrier -> destroy the
+    # group; nothing of the run is left for the interpreter's exit, where gloo used to abort
+    # ("terminate called without an active exception")
+    let_go_of_loaders(runner)
+    runner = None
+    release_run(owns_process())
     shutdown()
-    return STOPPED_EXIT_CODE if stopped(runner) else 0
+    return code
 
 
 def _explain(args: argparse.Namespace) -> int:

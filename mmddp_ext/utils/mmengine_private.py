@@ -82,4 +82,16 @@ PRIVATE_NAMES: Tuple[PrivateName, ...] = (
         'mmengine.logging:HistoryBuffer', '_statistics_methods', 'class', 'checkpoint/loader.py',
         'the safe checkpoint loader allows exactly the registered statistics methods; '
         'HistoryBuffer has no public list of them'),
+    PrivateName(
+        'mmengine.runner:Runner', '_train_loop', 'instance', 'runner/teardown.py',
+        'the end of a run reaches the train loop only if it was built: the public train_loop '
+        'property builds it (and its data loader) when it was not'),
+    PrivateName(
+        'mmengine.runner:Runner', '_val_loop', 'instance', 'runner/teardown.py',
+        'the end of a run reaches the val loop only if it was built: the public val_loop '
+        'property builds it (and its data loader) when it was not'),
+    PrivateName(
+        'mmengine.runner:Runner', '_test_loop', 'instance', 'runner/teardown.py',
+        'the end of a run reaches the test loop only if it was built: the public test_loop '
+        'property builds it (and its data loader) when it was not'),
 )

@@ -16,10 +16,11 @@ of the collector's view, and the collector is turned on for training. Python's d
 describes the same pattern (``gc.disable()`` early, ``gc.freeze()`` once the long-lived objects
 exist); it also keeps forked data-loader workers from writing to those objects' pages.
 
-What was frozen is never collected, at exit neither: the runner (in reference cycles through its
-loops and hooks) and its DDP model are not destroyed while the interpreter shuts down, which is
-where gloo used to abort (docs/launching.md, "Clean exit"). A process that runs the entry again
-calls :func:`collect_all` between runs.
+What is frozen is never collected, at exit neither. The runner (in reference cycles through its
+loops and hooks) and its DDP model are frozen with the start-up, so the end of a run frees them
+itself, in order (:func:`release_run`, called by the entry while the process group is still
+alive; docs/launching.md, "Clean exit"): before this, gloo could abort at interpreter exit
+when the interpreter destroyed them there, in whatever order its last collections found them.
 """
 import gc
 
@@ -37,3 +38,16 @@ def collect_all() -> None:
     start-up is freed, with its model. Between two runs in one process, not at exit."""
     gc.unfreeze()
     gc.collect()
+
+
+def release_run(owned: bool) -> None:
+    """Free what a finished run dropped (its runner, with the loops, hooks, data-loader workers
+    and DDP model): call it after the last reference is gone and before the process group is
+    destroyed. In a process of ours (``owned``) the frozen objects go back to the collector for
+    one collection and what survives is frozen again, so the interpreter's exit still skips the
+    start-up's heap; in a caller's process one collection, its freeze left alone."""
+    if owned:
+        gc.unfreeze()
+    gc.collect()
+    if owned:
+        gc.freeze()

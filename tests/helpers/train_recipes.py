@@ -32,7 +32,7 @@ def train_each(out_dir: str, pairs) -> None:
         with open(osp.join(out_dir, name, 'result.json'), 'w') as f:
             json.dump(dict(rc=rc, error=error, log=log), f)
         print(f'{name}: exit {rc}', flush=True)
-        collect_all()  # the entry froze this family's runner: free it before the next
+        collect_all()  # a family that failed leaves its runner frozen: free it before the next
 
 
 if __name__ == '__main__':
