@@ -30,7 +30,7 @@ from ..dist.workers import tie_workers
 from ..dist.wrapper import ddp_param_names, model_wrapper_for, sync_bn_for_rank, with_rank_device
 from ..gpu import gpus, rank_device
 from ..memory.budget import apply_budget, checkpoint_writing
-from ..scaling.apply import CheckedScaling, apply_plan, check_scaling, plan_for_config
+from ..scaling.apply import CheckedScaling, apply_plan, plan_for_config
 from ..scaling.config import ScalingConfig
 from ..utils.io import move_into_place
 from ..utils.log import log_line
@@ -39,6 +39,7 @@ from ..utils.quiet import quiet_logger, quiet_warnings
 from .callers_process import PutsBackCallersProcess
 from .config_text import TextOnceConfig
 from .resumable_loop import resumable_loop_cfg
+from .training_refusal import TrainsOnlyWithAPlan, checked_or_refused
 
 # Our default hooks, each a ``default_hooks`` key beside MMEngine's own (README, "Use it in your
 # configs"): ``default_hooks.<key>=None`` removes one, a dict without ``type`` changes its
@@ -182,7 +183,7 @@ def applies_plan(runner_type: Any) -> bool:
 
 
 @RUNNERS.register_module()
-class DDPRunner(PutsBackCallersProcess, Runner):
+class DDPRunner(PutsBackCallersProcess, TrainsOnlyWithAPlan, Runner):
     """A Runner whose batch size, accumulation, LR and schedule follow the ``scaling`` plan.
 
     Construct it with :meth:`from_cfg` (``RUNNERS.build(cfg)`` does). Attributes added to the
@@ -213,7 +214,8 @@ class DDPRunner(PutsBackCallersProcess, Runner):
         it); without it that is done here. A config without training parts
         (:func:`has_training_parts`) is built unplanned, as MMEngine's Runner builds it (the
         ``scaling`` block does not apply); distributed runs still get the lean DDP wrapper and
-        our hooks.
+        our hooks. So is one whose plan this world size refuses: ``train()`` raises the
+        refusal, ``val()`` and ``test()`` run (:mod:`~mmddp_ext.runner.training_refusal`).
         """
         state = snapshot()  # a guest's process as it was, when the run ends (process_state)
         try:
@@ -231,8 +233,10 @@ class DDPRunner(PutsBackCallersProcess, Runner):
         world_size, _ = _read_layout(launcher)
         training = has_training_parts(cfg)
         distributed = launcher != 'none'
+        refused = None  # a plan refused for this world size: train() raises it, test() runs
         if training and (checked is None or checked.world_size != world_size):
-            checked = check_scaling(cfg, world_size, gpus().available(), distributed)
+            checked, refused = checked_or_refused(cfg, world_size, gpus().available(), distributed)
+            training = refused is None
         # nothing to train: nothing to plan, nothing to measure
         scaling = checked.scaling if training else ScalingConfig()
         wrapper = model_wrapper_for(cfg, distributed, scaling.oom_policy,
@@ -250,6 +254,7 @@ class DDPRunner(PutsBackCallersProcess, Runner):
         runner.scaling_changes = changes
         runner.batch_probe = stored
         runner.trial_baseline = baseline
+        runner.training_refused = refused
         return runner
 
     def build_train_loop(self, loop: Any) -> Any:

@@ -51,8 +51,11 @@ class TestNothingToTrain(RunnerTestCase):
         cfg = copy.deepcopy(self.epoch_based_cfg)
         cfg.scaling = dict(global_batch=16)
         cfg.experiment_name = self.experiment_name
+        runner = DDPRunner.from_cfg(cfg)  # the same block with training parts is read:
+        self.assertIsNone(runner.scaling_plan)  # refused, so no plan, and evaluation runs
+        self.assertEqual(runner.test(), dict(acc=1))
         with self.assertRaisesRegex(ScalingError, 'global_batch'):
-            DDPRunner.from_cfg(cfg)  # the same block with training parts is read
+            runner.train()  # training raises the refusal before anything trains
 
     def test_partial_training_parts_fail_as_in_mmengine(self):
         cfg = self._eval_cfg(train_dataloader=copy.deepcopy(self.epoch_based_cfg.train_dataloader))
