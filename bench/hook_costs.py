@@ -7,7 +7,8 @@ forward timers of ``RankMemoryHook``) in a timer; after it, each rank writes the
 spent in each hook during the training iterations and the iteration times. The cost of a hook
 is its time in per-iteration calls (``before/after_train_iter``, the forward timers, and the
 epoch calls) divided by the iterations: µs per iteration, at its configured interval (so
-``RankMemoryHook``'s gather every 50 iterations is averaged over 50); it is reported as a
+``RankMemoryHook``'s gather every 50 iterations is averaged over 50; the log processor's
+exchange of the ranks' losses on the lines ``LoggerHook`` logs, likewise); it is reported as a
 fraction of the median iteration time of the same run. One-off calls (``before_train``:
 the agreement check) are reported apart.
 
@@ -33,9 +34,9 @@ from mmengine.registry import HOOKS
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 OUT = osp.join(ROOT, 'bench', 'results', 'hook_costs.json')
 OURS = ('AgreementHook', 'ScalingHook', 'RankMemoryHook', 'FiniteLossHook', 'HangWatchdogHook',
-        'PreemptionHook')
+        'PreemptionHook', 'GlobalLossLogProcessor')
 PER_ITER = ('before_train_iter', 'after_train_iter', 'before_train_epoch', 'after_train_epoch',
-            '_forward_begins', '_forward_ends')
+            '_forward_begins', '_forward_ends', 'all_gather', 'over_ranks')
 ONE_OFF = ('before_run', 'before_train', 'after_train', 'after_run')
 
 
@@ -60,6 +61,30 @@ class HookCostProbe(Hook):
                 if name == 'RankMemoryHook':
                     for method in ('_forward_begins', '_forward_ends'):
                         self._wrap(hook.clock, name, method)
+        if type(runner.log_processor).__name__ == 'GlobalLossLogProcessor':
+            # what it adds to the stock processor: the ranks' exchange and the mean, on the
+            # lines LoggerHook logs (the module's functions, looked up at each call)
+            # The gather waits for the slower rank, which DDP's next all-reduce would wait for
+            # anyway: a barrier first takes that wait (kept apart, as skew), so the gather's
+            # own time is what it adds.
+            from mmddp_ext.runner import global_loss
+            self._wrap(global_loss, 'GlobalLossLogProcessor', 'over_ranks')
+            gather = global_loss.all_gather
+
+            def aligned_gather(*args, **kwargs):
+                import torch.distributed as dist
+                start = time.perf_counter()
+                dist.barrier()
+                self.seconds['skew.barrier_before_gather'] += time.perf_counter() - start
+                start = time.perf_counter()
+                try:
+                    return gather(*args, **kwargs)
+                finally:
+                    self.seconds['GlobalLossLogProcessor.all_gather'] += \
+                        time.perf_counter() - start
+                    self.calls['GlobalLossLogProcessor.all_gather'] += 1
+
+            global_loss.all_gather = aligned_gather
 
     def _wrap(self, obj, name, method) -> None:
         inner, key = getattr(obj, method), f'{name}.{method}'
@@ -118,8 +143,11 @@ def summarize(ranks: dict) -> dict:
         table[name] = dict(us_per_iter=per_iter * 1e6, percent=100 * per_iter / iteration,
                            one_off_ms=one_off * 1e3)
     total = sum(v['us_per_iter'] for v in table.values())
+    skew = statistics.mean(d['seconds'].get('skew.barrier_before_gather', 0.0) / iters[r]
+                           for r, d in ranks.items())
     return dict(iteration_s=iteration, iterations=iters, hooks=table, total_us_per_iter=total,
-                total_percent=100 * total / 1e6 / iteration)
+                total_percent=100 * total / 1e6 / iteration,
+                skew_waited_before_gather_us_per_iter=skew * 1e6)
 
 
 def main() -> None:
@@ -157,6 +185,8 @@ def main() -> None:
               f'one-off {v["one_off_ms"]:.1f} ms')
     print(f'{"all":<18} {result["total_us_per_iter"]:9.1f} µs/iter  '
           f'{result["total_percent"]:.4f}%')
+    print(f'(waited for the other rank before the loss gather, not counted: '
+          f'{result["skew_waited_before_gather_us_per_iter"]:.1f} µs/iter)')
 
 
 if __name__ == '__main__':

@@ -38,6 +38,7 @@ from ..utils.process_state import restore, snapshot
 from ..utils.quiet import quiet_logger, quiet_warnings
 from .callers_process import PutsBackCallersProcess
 from .config_text import TextOnceConfig
+from .global_loss import log_processor_cfg
 from .resumable_loop import resumable_loop_cfg
 from .training_refusal import TrainsOnlyWithAPlan, checked_or_refused
 
@@ -369,6 +370,11 @@ class DDPRunner(PutsBackCallersProcess, TrainsOnlyWithAPlan, Runner):
                              'starting from scratch')
             return None
         return super().load_or_resume()
+
+    def build_log_processor(self, log_processor: Any) -> Any:
+        """MMEngine's, with the training losses averaged over the ranks
+        (:mod:`~mmddp_ext.runner.global_loss`) where the config asks for the stock one."""
+        return super().build_log_processor(log_processor_cfg(log_processor))
 
     def build_logger(self, *args: Any, **kwargs: Any) -> Any:
         """MMEngine's logger, with the filter of known-harmless log warnings

@@ -94,4 +94,9 @@ PRIVATE_NAMES: Tuple[PrivateName, ...] = (
         'mmengine.runner:Runner', '_test_loop', 'instance', 'runner/teardown.py',
         'the end of a run reaches the test loop only if it was built: the public test_loop '
         'property builds it (and its data loader) when it was not'),
+    PrivateName(
+        'mmengine.runner:LogProcessor', '_collect_scalars', 'class', 'runner/global_loss.py',
+        'overridden by the registered subclass GlobalLossLogProcessor: the one step where the '
+        'values of a log line are made, before both the text line and the visualizer\'s scalars '
+        'are built from them'),
 )
