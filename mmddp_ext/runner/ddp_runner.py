@@ -52,7 +52,12 @@ DEFAULT_HOOKS = dict(
     finite_loss=dict(type='FiniteLossHook', action='stop'),
     hang_watchdog=dict(type='HangWatchdogHook'),
     preemption=dict(type='PreemptionHook'),
+    # MMEngine's own: the ranks' BatchNorm statistics drift apart in training (DDP does not
+    # sync buffers at every forward); averaged after each training epoch, so that every rank
+    # validates with the same model. A config's own SyncBuffersHook in custom_hooks is the one.
+    sync_buffers=dict(type='SyncBuffersHook'),
 )
+MMENGINE_HOOKS = ('SyncBuffersHook', )  # listed in custom_hooks: expected, no warning
 
 
 def _type_name(hook: Any) -> str:
@@ -74,7 +79,7 @@ def our_default_hooks(default_hooks: Optional[dict], custom_hooks: Optional[list
         if value is None:
             continue
         if not given and ours['type'] in listed:
-            if warn:
+            if warn and ours['type'] not in MMENGINE_HOOKS:
                 log_line(
                     f'custom_hooks lists {ours["type"]}, one of our default hooks: it is used '
                     f'instead of ours; default_hooks.{key}=dict(...) is where its arguments '

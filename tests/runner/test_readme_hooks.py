@@ -97,4 +97,17 @@ class TestOurDefaultHookKeys(RunnerTestCase):
 
 DEFAULT_HOOKS_BY_KEY = dict(rank_agreement='AgreementHook', scaling_plan='ScalingHook',
                             rank_memory='RankMemoryHook', finite_loss='FiniteLossHook',
-                            hang_watchdog='HangWatchdogHook', preemption='PreemptionHook')
+                            hang_watchdog='HangWatchdogHook', preemption='PreemptionHook',
+                            sync_buffers='SyncBuffersHook')
+
+
+class TestSyncBuffersOfTheConfig(RunnerTestCase):
+
+    def test_a_config_listing_sync_buffers_keeps_one_and_no_warning(self):
+        cfg = copy.deepcopy(self.epoch_based_cfg)
+        cfg.experiment_name = self.experiment_name + '_sync'
+        cfg.custom_hooks = [dict(type='SyncBuffersHook')]
+        runner = DDPRunner.from_cfg(cfg)
+        assert [type(h).__name__ for h in runner.hooks].count('SyncBuffersHook') == 1
+        with open(osp.join(runner.log_dir, f'{runner.timestamp}.log')) as f:
+            assert 'custom_hooks lists' not in f.read()
