@@ -38,6 +38,7 @@ from ..utils.process_state import restore, snapshot
 from ..utils.quiet import quiet_logger, quiet_warnings
 from .callers_process import PutsBackCallersProcess
 from .config_text import TextOnceConfig
+from .evaluation_order import WarnsOfEvaluationPadding
 from .global_loss import log_processor_cfg
 from .resumable_loop import resumable_loop_cfg
 from .training_refusal import TrainsOnlyWithAPlan, checked_or_refused
@@ -189,7 +190,7 @@ def applies_plan(runner_type: Any) -> bool:
 
 
 @RUNNERS.register_module()
-class DDPRunner(PutsBackCallersProcess, TrainsOnlyWithAPlan, Runner):
+class DDPRunner(PutsBackCallersProcess, TrainsOnlyWithAPlan, WarnsOfEvaluationPadding, Runner):
     """A Runner whose batch size, accumulation, LR and schedule follow the ``scaling`` plan.
 
     Construct it with :meth:`from_cfg` (``RUNNERS.build(cfg)`` does). Attributes added to the

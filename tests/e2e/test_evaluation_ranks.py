@@ -83,6 +83,7 @@ def test_mmpose_test_py_gives_the_same_metrics_on_1_2_and_3_ranks(trained_demo, 
     results = {world: _evaluate(world, config, checkpoint, tmp_path) for world in (1, 2, 3)}
     out_3, metrics_1 = results[3][0], results[1][1]
     assert 'ScalingError' not in out_3 and 'Traceback' not in out_3
+    assert 'test_dataloader.sampler is' not in out_3  # DefaultSampler: no padding warning
     assert 'Epoch(test) [26/26]' in out_3  # 77 padded to 78: 26 images per rank
     assert metrics_1 and len(metrics_1) >= 10, results[1][0][-3000:]
     for world in (2, 3):
@@ -136,9 +137,11 @@ def test_mmdetection_test_py_gives_the_same_metrics_on_1_2_and_3_ranks(tmp_path)
     results = {world: _det_evaluate(world, config, checkpoint, tmp_path) for world in (1, 2, 3)}
     assert 'Traceback' not in results[3][0]
     metrics_1 = results[1][1]
-    assert len(metrics_1) >= 6 and float(metrics_1['coco/bbox_mAP_50']) > 0, results[1][0][-3000:]
+    assert len(metrics_1) >= 6, results[1][0][-3000:]  # after one epoch often all 0.0000:
     one = {p['img_id']: p['pred_instances'] for p in results[1][2]}
     assert len(one) == len(results[1][2]) == VAL_IMAGES
+    # the predictions are compared, then: boxes on every image (score threshold 0)
+    assert all(len(pred['scores']) > 0 for pred in one.values())
     for world in (2, 3):
         assert results[world][1] == metrics_1, (world, results[world][1], metrics_1)
         theirs = {p['img_id']: p['pred_instances'] for p in results[world][2]}
