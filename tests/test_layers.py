@@ -1,6 +1,6 @@
-"""The README's layout rule holds: in the order of its listing ("How the code is laid out"), a
-module imports from its own folder or from a line below it, never from a line above; and every
-folder and top-level module of the package is listed."""
+"""The layout rule of docs/development.md holds: in the order of its listing ("How the code is
+laid out"), a module imports from its own folder or from a line below it, never from a line
+above; and every folder and top-level module of the package is listed."""
 import os
 import os.path as osp
 import re
@@ -12,7 +12,7 @@ PROGRAMS = {osp.join('diagnose', '__main__.py')}  # programs, above everything (
 
 
 def _listed_order():
-    text = open(osp.join(ROOT, 'README.md')).read()
+    text = open(osp.join(ROOT, 'docs', 'development.md')).read()
     block = text.split('## How the code is laid out', 1)[1].split('```', 2)[1]
     order = []
     for line in block.splitlines():
@@ -56,5 +56,5 @@ def test_imports_go_downward_in_the_readme_order():
             for target in _imports(path, package):
                 if target in order and order.index(target) < order.index(top):
                     wrong.append(f'{rel} imports {target} (listed above {top})')
-    assert not unlisted, f'not in the README layout: {sorted(unlisted)}'
+    assert not unlisted, f'not in the layout of docs/development.md: {sorted(unlisted)}'
     assert not wrong, '\n'.join(wrong)
