@@ -1,7 +1,7 @@
 """Train an MMEngine config (MMPose, MMDetection, ...) on one process or many.
 
-``python tools/dist_train.py --help`` lists the flags; docs/launching.md shows the five ways to
-start it (one process, ``dist_train.sh``/torchrun, two nodes, by hand, Slurm) and what each
+``python tools/dist_train.py --help`` lists the flags; docs/launching.md shows the six ways to
+start it (``dist_train.sh``, torchrun, by hand, Slurm, from Python, mpirun) and what each
 prints, docs/scaling.md ``--explain``, docs/memory.md ``--explain --memory``. The entry itself
 is :mod:`mmddp_ext.entry.train`; this script only pins the GPU before the heavy imports.
 """
@@ -16,7 +16,9 @@ warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
 
 def _pin_device_early() -> None:
     """Pin the CUDA device from LOCAL_RANK before the heavy imports touch CUDA."""
-    local = os.environ.get('LOCAL_RANK') or os.environ.get('SLURM_LOCALID')
+    local = (
+        os.environ.get('LOCAL_RANK') or os.environ.get('SLURM_LOCALID')
+        or os.environ.get('OMPI_COMM_WORLD_LOCAL_RANK'))
     if local is None or not local.isdigit():
         return  # derived or validated later, with a clear error
     # torch.cuda itself, not the package's GPU seam: importing the package imports MMEngine;

@@ -3,7 +3,8 @@
 #
 #   bash tools/install.sh               # stack + mmddp_ext (editable)
 #   bash tools/install.sh --with-tests  # ... plus the test requirements and, as root with
-#                                       # apt-get, Slurm + munge for tests/slurm (else skipped)
+#                                       # apt-get, Slurm + munge for tests/slurm and OpenMPI
+#                                       # for tests/mpi (else skipped)
 #
 # Where: into the Python that tools/py picks ($PYTHON, else the active virtual environment, else
 # <repo>/.venv, else python, else python3), when pip may install into it. When it may not (no
@@ -25,8 +26,9 @@
 #      (requirements/albumentations.txt: its opencv-python-headless would shadow opencv-python)
 #   9. mmddp_ext itself (pip install -e .)
 #  10. one import of the whole stack, so a broken pairing fails here and not in training
-#  11. with --with-tests: the test requirements; 12. slurm-wlm + munge for tests/slurm, when
-#      missing and root with apt-get (if that fails, the install goes on: those tests skip)
+#  11. with --with-tests: the test requirements; 12. slurm-wlm + munge for tests/slurm and
+#  13. openmpi-bin for tests/mpi, when missing and root with apt-get (if that fails, the
+#      install goes on: those tests skip)
 # Missing system packages (python3-venv, a C++ compiler and Python headers for the builds,
 # OpenCV's libraries) are installed with apt-get when running as root; otherwise the script
 # stops and prints the command to run.
@@ -260,6 +262,18 @@ slurm_step() {  # tests/slurm start a local Slurm cluster; without one they are 
   fi
 }
 
+mpi_step() {  # tests/mpi start two ranks with OpenMPI's mpirun; without it they are skipped
+  if command -v mpirun >/dev/null; then
+    say "$(mpirun --version 2>/dev/null | head -1) already installed"
+  elif ! is_root || ! command -v apt-get >/dev/null; then
+    say "no mpirun here: tests/mpi will be skipped (Debian/Ubuntu: apt-get install openmpi-bin)"
+  elif apt_install openmpi-bin; then
+    say "installed $(mpirun --version 2>/dev/null | head -1)"
+  else
+    say "apt-get could not install openmpi-bin: tests/mpi will be skipped"
+  fi
+}
+
 t_all=$SECONDS
 choose_python
 PIP=("$PYTHON" -m pip --disable-pip-version-check)
@@ -276,4 +290,5 @@ step "mmddp_ext (editable)" self_step
 step "check that the stack imports" verify_step
 [ "$WITH_TESTS" = 1 ] && step "test requirements" tests_step
 [ "$WITH_TESTS" = 1 ] && step "Slurm + munge for tests/slurm (optional)" slurm_step
+[ "$WITH_TESTS" = 1 ] && step "OpenMPI for tests/mpi (optional)" mpi_step
 echo "[install] all done in $((SECONDS - t_all)) s"

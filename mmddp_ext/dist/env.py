@@ -1,9 +1,10 @@
 """Read and validate the launcher's environment (pure: a mapping in, a frozen DistEnv out).
 
-:func:`read_dist_env` reads torchrun's variables or maps Slurm's onto them
-(:func:`slurm_to_torch`); every mistake raises :class:`DistEnvError` with one line naming the
-variable, its value and the fix. See docs/launching.md: 'The variables' (with a worked example),
-'How a missing LOCAL_RANK is derived', and 'The five ways', item 4 (Slurm's variables).
+:func:`read_dist_env` reads torchrun's variables or maps Slurm's or OpenMPI's onto them
+(:func:`slurm_to_torch`, :func:`mpi_to_torch`); every mistake raises :class:`DistEnvError`
+with one line naming the variable, its value and the fix. See docs/launching.md: 'The
+variables' (with a worked example), 'How a missing LOCAL_RANK is derived', and 'The five
+ways', items 4 (Slurm's variables) and 6 (mpirun).
 """
 import re
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ class DistEnv:
     """Where this process sits in the job.
 
     Attributes:
-        launcher: 'none', 'pytorch' or 'slurm'.
+        launcher: 'none', 'pytorch', 'slurm' or 'mpi'.
         rank: global rank (0 .. world_size-1).
         local_rank: rank on this node; the GPU index the process uses.
         world_size: number of processes in the job.
@@ -86,12 +87,14 @@ def _int(environ: Mapping[str, str], name: str, fix: str) -> Optional[int]:
 
 def detect_launcher(environ: Mapping[str, str]) -> str:
     """'pytorch' when RANK or WORLD_SIZE is set; 'slurm' inside a multi-task ``srun`` step;
-    else 'none'."""
+    'mpi' in a process of a multi-process ``mpirun``; else 'none'."""
     if 'RANK' in environ or 'WORLD_SIZE' in environ:
         return 'pytorch'
     try:
         if int(environ.get('SLURM_STEP_NUM_TASKS', '1')) > 1 and 'SLURM_PROCID' in environ:
             return 'slurm'
+        if int(environ.get('OMPI_COMM_WORLD_SIZE', '1')) > 1:
+            return 'mpi'
     except ValueError:
         pass
     return 'none'
@@ -153,6 +156,49 @@ def slurm_to_torch(environ: Mapping[str, str], master_addr: Optional[str] = None
     return out
 
 
+MPI_PORT_BASE = 20000  # MASTER_PORT = MPI_PORT_BASE + mpirun's job id % 10000, as for Slurm
+
+
+def mpi_to_torch(environ: Mapping[str, str]) -> dict:
+    """Map an OpenMPI process's variables (``mpirun -np N``) onto torchrun's.
+
+    ``OMPI_COMM_WORLD_RANK``/``_SIZE``/``_LOCAL_RANK``/``_LOCAL_SIZE`` give RANK, WORLD_SIZE,
+    LOCAL_RANK and LOCAL_WORLD_SIZE, the node is RANK // LOCAL_WORLD_SIZE. ``MASTER_ADDR``
+    set by you wins; on one node it is 127.0.0.1, on several it must be set (``mpirun -x
+    MASTER_ADDR=<host of rank 0>``: OpenMPI does not tell a process where rank 0 runs).
+    ``MASTER_PORT`` set by you wins, else ``20000 + job id % 10000`` (two jobs on one host do
+    not clash).
+    """
+    fix = ('start the processes with mpirun, e.g. mpirun -np 2 python tools/dist_train.py '
+           'CONFIG --launcher mpi')
+    out = {}
+    for src, dst in (('OMPI_COMM_WORLD_RANK', 'RANK'), ('OMPI_COMM_WORLD_SIZE', 'WORLD_SIZE'),
+                     ('OMPI_COMM_WORLD_LOCAL_RANK', 'LOCAL_RANK'), ('OMPI_COMM_WORLD_LOCAL_SIZE',
+                                                                    'LOCAL_WORLD_SIZE')):
+        if environ.get(src, '') == '':
+            raise DistEnvError(f'{src} is not set, but --launcher mpi needs it: {fix}')
+        out[dst] = environ[src]
+    rank, world = _int(out, 'RANK', fix), _int(out, 'WORLD_SIZE', fix)
+    local_size = _int(out, 'LOCAL_WORLD_SIZE', fix)
+    if local_size and world and world % local_size == 0:
+        out['GROUP_RANK'] = str(rank // local_size)
+        out['GROUP_WORLD_SIZE'] = str(world // local_size)
+    if environ.get('MASTER_ADDR'):
+        out['MASTER_ADDR'] = environ['MASTER_ADDR']
+    elif local_size == world:
+        out['MASTER_ADDR'] = '127.0.0.1'
+    else:
+        raise DistEnvError(
+            f'MASTER_ADDR is not set and the mpirun job spans several hosts '
+            f'(OMPI_COMM_WORLD_SIZE={world}, OMPI_COMM_WORLD_LOCAL_SIZE={local_size}): pass the '
+            'address of the host of rank 0 to every process, mpirun -x MASTER_ADDR=<host> ...')
+    if environ.get('MASTER_PORT'):
+        out['MASTER_PORT'] = environ['MASTER_PORT']
+    elif environ.get('OMPI_MCA_ess_base_jobid', '').isdigit():
+        out['MASTER_PORT'] = str(MPI_PORT_BASE + int(environ['OMPI_MCA_ess_base_jobid']) % 10000)
+    return out
+
+
 def _local_rank(env: Mapping[str, str], rank: int, world: int,
                 num_gpus: int) -> Tuple[int, int, str]:
     """(local_rank, local_world_size, source) from LOCAL_RANK or derived from RANK."""
@@ -192,7 +238,7 @@ def read_dist_env(environ: Mapping[str, str], launcher: Optional[str] = None, nu
 
     Args:
         environ: usually ``os.environ``.
-        launcher: 'none', 'pytorch' or 'slurm'; None detects it (:func:`detect_launcher`).
+        launcher: 'none', 'pytorch', 'slurm' or 'mpi'; None detects it (:func:`detect_launcher`).
         num_gpus: GPUs visible to this process (``torch.cuda.device_count()``; 0 on CPU).
         slurm_master_addr: under Slurm, the address of the step's first node (see
             :func:`slurm_to_torch`).
@@ -203,11 +249,13 @@ def read_dist_env(environ: Mapping[str, str], launcher: Optional[str] = None, nu
     launcher = launcher or detect_launcher(environ)
     if launcher == 'none':
         return DistEnv()
-    if launcher not in ('pytorch', 'slurm'):
-        raise DistEnvError(f'launcher={launcher!r} is not one of none, pytorch, slurm')
+    if launcher not in ('pytorch', 'slurm', 'mpi'):
+        raise DistEnvError(f'launcher={launcher!r} is not one of none, pytorch, slurm, mpi')
     env = dict(environ)
     if launcher == 'slurm':
         env.update(slurm_to_torch(environ, slurm_master_addr))
+    elif launcher == 'mpi':
+        env.update(mpi_to_torch(environ))
     return _read_torch_vars(env, launcher, num_gpus)
 
 

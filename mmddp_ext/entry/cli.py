@@ -27,9 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--cfg-options', '--cfg_options', nargs='+', action=DictAction,
                    help='override config keys, e.g. train_cfg.max_epochs=2')
     p.add_argument(
-        '--launcher', choices=['none', 'pytorch', 'slurm'], default=None,
+        '--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default=None,
         help='job launcher (default: pytorch when RANK/WORLD_SIZE are set, slurm '
-        'inside a multi-task srun step, else none)')
+        'inside a multi-task srun step, mpi under a multi-process mpirun, else none)')
     p.add_argument('--local-rank', '--local_rank', type=int, default=None,
                    help='accepted for torch.distributed.launch compatibility; LOCAL_RANK wins')
     p.add_argument(

@@ -17,6 +17,8 @@ MASTER = dict(MASTER_ADDR='127.0.0.1', MASTER_PORT='29500')
         (dict(SLURM_PROCID='0', SLURM_STEP_NUM_TASKS='1'), 'none'),  # `srun -n1`: one process
         (dict(SLURM_PROCID='0', SLURM_NTASKS='8'), 'none'),  # batch script, not inside srun
         (dict(SLURM_PROCID='0', SLURM_STEP_NUM_TASKS='4', RANK='1', WORLD_SIZE='4'), 'pytorch'),
+        (dict(OMPI_COMM_WORLD_SIZE='2', OMPI_COMM_WORLD_RANK='1'), 'mpi'),
+        (dict(OMPI_COMM_WORLD_SIZE='1', OMPI_COMM_WORLD_RANK='0'), 'none'),  # mpirun -np 1
     ])
 def test_detect_launcher(environ, launcher):
     assert detect_launcher(environ) == launcher
@@ -177,3 +179,35 @@ def test_choose_backend(requested, cuda, backend, warns):
     ])
 def test_threads_per_process(environ, local_world, cores, expected):
     assert threads_per_process(environ, local_world, cores) == expected
+
+
+# OpenMPI's variables, as `mpirun -np 4` on 2 hosts sets them for the second process of host 1
+MPI_PROCESS = dict(OMPI_COMM_WORLD_RANK='3', OMPI_COMM_WORLD_SIZE='4',
+                   OMPI_COMM_WORLD_LOCAL_RANK='1', OMPI_COMM_WORLD_LOCAL_SIZE='2',
+                   OMPI_MCA_ess_base_jobid='1741160449')
+
+
+@pytest.mark.parametrize(
+    'extra, expected',
+    [
+        # two hosts: MASTER_ADDR given with mpirun -x; the port from the job id
+        (dict(MASTER_ADDR='10.0.0.1'), (3, 4, 1, 2, 1, 2, '10.0.0.1', 20000 + 1741160449 % 10000)),
+        (dict(MASTER_ADDR='10.0.0.1', MASTER_PORT='29511'), (3, 4, 1, 2, 1, 2, '10.0.0.1', 29511)),
+        # one host: loopback
+        (dict(OMPI_COMM_WORLD_SIZE='2', OMPI_COMM_WORLD_RANK='1'),
+         (1, 2, 1, 2, 0, 1, '127.0.0.1', 20000 + 1741160449 % 10000)),
+    ])
+def test_mpirun_layout(extra, expected):
+    env = read_dist_env(dict(MPI_PROCESS, **extra), launcher='mpi')
+    assert (env.rank, env.world_size, env.local_rank, env.local_world_size, env.node_rank,
+            env.nnodes, env.master_addr, env.master_port) == expected
+    assert env.rank == env.node_rank * env.local_world_size + env.local_rank
+    assert env.launcher == 'mpi'
+
+
+def test_mpirun_on_several_hosts_needs_master_addr_and_missing_vars_are_named():
+    with pytest.raises(DistEnvError, match='MASTER_ADDR is not set.*mpirun -x MASTER_ADDR='):
+        read_dist_env(MPI_PROCESS, launcher='mpi')
+    broken = {k: v for k, v in MPI_PROCESS.items() if k != 'OMPI_COMM_WORLD_LOCAL_RANK'}
+    with pytest.raises(DistEnvError, match='OMPI_COMM_WORLD_LOCAL_RANK is not set.*mpirun'):
+        read_dist_env(dict(broken, MASTER_ADDR='10.0.0.1'), launcher='mpi')
