@@ -37,9 +37,19 @@ fi
 CONFIG=$1
 GPUS=$2
 shift 2
+# Kubeflow's PyTorchJob gives each pod torchrun's PET_NNODES and PET_NODE_RANK (pods are the
+# nodes) and MASTER_ADDR/MASTER_PORT: read where NNODES, NODE_RANK and PORT are not set
+if [ -z "${NNODES:-}" ] && [ -n "${PET_NNODES:-}" ]; then
+  NNODES=$PET_NNODES
+  NODE_RANK=${NODE_RANK:-${PET_NODE_RANK:-0}}
+  echo "dist_train.sh: NNODES=$NNODES NODE_RANK=$NODE_RANK from PET_NNODES/PET_NODE_RANK (the job's operator, e.g. Kubeflow's PyTorchJob, set them)" >&2
+fi
 NNODES=${NNODES:-1}
 NODE_RANK=${NODE_RANK:-0}
 MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
+if [ "$NNODES" != 1 ] && [ -z "${PORT:-}" ] && [ -n "${MASTER_PORT:-}" ]; then
+  PORT=$MASTER_PORT  # several nodes meet at MASTER_ADDR:MASTER_PORT, as a job operator sets them
+fi
 MAX_RESTARTS=${MAX_RESTARTS:-0}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PYTHON=${PYTHON:-$HERE/py}  # tools/py: $PYTHON, else the active venv, else .venv, else python(3)

@@ -157,6 +157,35 @@ def split_args(argv: Sequence[str]) -> Tuple[dict, List[str]]:
     return opts, rest
 
 
+def operator_layout_error(environ: dict, nnodes: int, node_rank: int, nproc: int) -> Optional[str]:
+    """A job operator's ``WORLD_SIZE``/``RANK`` in the front's environment (Kubeflow's
+    PyTorchJob sets them per pod: the number of pods, or pods × processes per pod, and the pod's
+    index) that contradict the layout this node starts: the one line that says so, or None."""
+    world, rank = environ.get('WORLD_SIZE', ''), environ.get('RANK', '')
+    if not world.isdigit():
+        return None
+    fix = ('run dist_train.sh on every pod with NNODES=<number of pods> and NODE_RANK=<this '
+           "pod's index> (PyTorchJob's PET_NNODES and PET_NODE_RANK are read when set), or unset "
+           'WORLD_SIZE and RANK')
+    if int(world) not in (nnodes, nnodes * nproc):
+        return (f'WORLD_SIZE={world} is set in this environment (a job operator sets it, e.g. '
+                "Kubeflow's PyTorchJob: the number of pods, or pods × processes per pod), but "
+                f'this job has NNODES={nnodes} × {nproc} processes per node: {fix}')
+    if int(world) == nnodes and rank.isdigit() and int(rank) != node_rank:
+        return (f"RANK={rank} is set in this environment (a job operator's index of this pod) "
+                f'but NODE_RANK={node_rank}: {fix}')
+    return None
+
+
+def _nproc(rest: Sequence[str]) -> int:
+    """torchrun's ``--nproc_per_node=N`` among the rest of the arguments (1 when absent)."""
+    for arg in rest:
+        name, _, value = arg.partition('=')
+        if name in ('--nproc_per_node', '--nproc-per-node') and value.isdigit():
+            return int(value)
+    return 1
+
+
 def _prepare(opts: dict, timeout: float, log_every: float):
     """Checks before torchrun; returns (master address, port, loopback store or None)."""
     nnodes, node_rank = int(opts['nnodes']), int(opts['node_rank'])
@@ -197,6 +226,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     join), STOPPED (every worker stopped on a signal after saving)."""
     try:
         opts, rest = split_args(sys.argv[1:] if argv is None else argv)
+        mixed = operator_layout_error(
+            dict(os.environ), int(opts['nnodes']), int(opts['node_rank']), _nproc(rest))
+        if mixed:
+            raise ValueError(mixed)
         timeout = rendezvous.seconds_from_env(os.environ, rendezvous.TIMEOUT_ENV,
                                               rendezvous.DEFAULT_TIMEOUT)
         log_every = rendezvous.seconds_from_env(os.environ, rendezvous.LOG_EVERY_ENV,

@@ -320,3 +320,32 @@ def test_failing_worker_is_named_in_the_last_lines(demo_data, tmp_path):
     assert f'torchrun: rank {first["rank"]} (pid {first["pid"]}) exited with exit code 1' \
         in proc.stdout
     assert not list(tmp.glob('mmddp_launch.*'))  # dist_train.sh removed its temporary folder
+
+
+def test_two_pytorchjob_pods_on_loopback(demo_data, tmp_path):
+    """Two "pods" as Kubeflow's PyTorchJob starts them (the operator's WORLD_SIZE (pods), RANK
+    (the pod's index), MASTER_ADDR, MASTER_PORT, PET_NNODES, PET_NODE_RANK), each running
+    ``bash tools/dist_train.sh CFG 1``: one job of 2 ranks, the pods its nodes, the data split.
+    The same pods with the operator's WORLD_SIZE but no PET_* variables: each would be a job of
+    its own, and each stops before starting anything with the line that names the mix."""
+    rec = str(tmp_path / 'rec')
+    cfg = recording_config(tmp_path, rec)
+    port = str(find_free_port())
+
+    def pod(n: int, **pet):
+        return popen([
+            'bash', 'tools/dist_train.sh', cfg, '1', '--work-dir',
+            str(tmp_path / 'w'), *demo_options(demo_data, 1)
+        ], env=dict(WORLD_SIZE='2', RANK=str(n), MASTER_ADDR='127.0.0.1', MASTER_PORT=port, **pet))
+
+    for rc, out in finish([pod(n, PET_NNODES='2', PET_NODE_RANK=str(n)) for n in range(2)]):
+        assert rc == 0, out[-4000:]
+        assert 'NNODES=2 NODE_RANK=' in out and 'from PET_NNODES/PET_NODE_RANK' in out
+    records = read_records(rec)
+    assert {r['env']['GROUP_RANK'] for r in records.values()} == {'0', '1'}
+    assert all(r['env']['WORLD_SIZE'] == '2' for r in records.values())
+    _assert_disjoint_and_complete(records, 2, demo_data)
+    for rc, out in finish([pod(n) for n in range(2)]):
+        assert rc == 2, out[-4000:]
+        assert 'WORLD_SIZE=2 is set in this environment' in out and 'NNODES=1' in out
+        assert 'Epoch(train)' not in out

@@ -84,3 +84,30 @@ def test_wait_for_listener_names_why_nothing_answered():
     assert rendezvous.wait_for_listener('127.0.0.1', port, 0.2, 100.0, str) == 'connection refused'
     assert 'does not resolve' in rendezvous.wait_for_listener('no-such-host.invalid', port, 5.0,
                                                               100.0, str)
+
+
+@pytest.mark.parametrize(
+    'environ, nnodes, node_rank, nproc, wrong',
+    [
+        ({}, 1, 0, 2, None),  # no operator
+        (dict(WORLD_SIZE='2', RANK='1'), 2, 1, 1, None),  # PyTorchJob, 1 process per pod
+        (dict(WORLD_SIZE='2', RANK='1'), 2, 1, 4, None),  # older operators: WORLD_SIZE = pods
+        (dict(WORLD_SIZE='8', RANK='1'), 2, 1, 4, None),  # newer ones: pods × processes per pod
+        # the pods' WORLD_SIZE with each pod a job of its own (dist_train.sh CFG 1, no NNODES)
+        (dict(WORLD_SIZE='2', RANK='1'), 1, 0, 1, 'WORLD_SIZE=2 is set in this environment'),
+        (dict(WORLD_SIZE='4', RANK='0'), 2, 0, 1, 'NNODES=2 × 1 processes per node'),
+        (dict(WORLD_SIZE='2', RANK='1'), 2, 0, 1, 'RANK=1 is set in this environment'),
+    ])
+def test_operator_layout_error(environ, nnodes, node_rank, nproc, wrong):
+    from mmddp_ext.dist.run_front import operator_layout_error
+    line = operator_layout_error(environ, nnodes, node_rank, nproc)
+    if wrong is None:
+        assert line is None
+    else:
+        assert wrong in line and 'NNODES=<number of pods>' in line and 'PET_NNODES' in line
+
+
+def test_nproc_among_torchruns_arguments():
+    from mmddp_ext.dist.run_front import _nproc
+    assert _nproc(['--nproc_per_node=4', '--max-restarts=0', 'x.py']) == 4
+    assert _nproc(['--nproc-per-node=2']) == 2 and _nproc(['x.py']) == 1
