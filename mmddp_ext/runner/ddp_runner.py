@@ -4,12 +4,11 @@
 :meth:`DDPRunner.from_cfg` plans (or takes the plan the entry made,
 :func:`~mmddp_ext.scaling.apply.check_scaling`), measures ``max_batch_per_device='auto'``
 (:mod:`.batch_finder`) and applies the plan to a copy of the config; ``register_default_hooks``
-adds :data:`DEFAULT_HOOKS` as ``default_hooks`` keys beside MMEngine's own; the other methods
-are MMEngine's, each extended where its name says.
+adds :data:`~mmddp_ext.runner.default_hooks.DEFAULT_HOOKS` as ``default_hooks`` keys beside
+MMEngine's own; the other methods are MMEngine's, each extended where its name says.
 What that adds for a user is the README's list under "Use it in your configs"; the plan is
 docs/scaling.md, checkpoints docs/reliability.md.
 """
-import logging
 import os
 import os.path as osp
 import shutil
@@ -38,58 +37,11 @@ from ..utils.process_state import restore, snapshot
 from ..utils.quiet import quiet_logger, quiet_warnings
 from .callers_process import PutsBackCallersProcess
 from .config_text import TextOnceConfig
+from .default_hooks import hook_type_name, our_default_hooks
 from .evaluation_order import WarnsOfEvaluationPadding
 from .global_loss import log_processor_cfg
 from .resumable_loop import resumable_loop_cfg
 from .training_refusal import TrainsOnlyWithAPlan, checked_or_refused
-
-# Our default hooks, each a ``default_hooks`` key beside MMEngine's own (README, "Use it in your
-# configs"): ``default_hooks.<key>=None`` removes one, a dict without ``type`` changes its
-# arguments, a dict with ``type`` replaces it.
-DEFAULT_HOOKS = dict(
-    rank_agreement=dict(type='AgreementHook'),
-    scaling_plan=dict(type='ScalingHook'),
-    rank_memory=dict(type='RankMemoryHook', interval=50),
-    finite_loss=dict(type='FiniteLossHook', action='stop'),
-    hang_watchdog=dict(type='HangWatchdogHook'),
-    preemption=dict(type='PreemptionHook'),
-    # MMEngine's own: the ranks' BatchNorm statistics drift apart in training (DDP does not
-    # sync buffers at every forward); averaged after each training epoch, so that every rank
-    # validates with the same model. A config's own SyncBuffersHook in custom_hooks is the one.
-    sync_buffers=dict(type='SyncBuffersHook'),
-)
-MMENGINE_HOOKS = ('SyncBuffersHook', )  # listed in custom_hooks: expected, no warning
-
-
-def _type_name(hook: Any) -> str:
-    kind = hook.get('type') if isinstance(hook, dict) else type(hook)
-    return str(getattr(kind, '__name__', kind)).split('.')[-1]
-
-
-def our_default_hooks(default_hooks: Optional[dict], custom_hooks: Optional[list],
-                      warn: bool = False) -> dict:
-    """``default_hooks`` with ours resolved (:data:`DEFAULT_HOOKS`): a key set to None is
-    dropped, a dict without ``type`` is merged onto ours, a missing key gets ours, unless
-    ``custom_hooks`` lists a hook of that type (then the user's is the one; a warning names
-    the key it belongs under, with ``warn``). MMEngine's own keys are left as they are."""
-    hooks = dict(default_hooks or {})
-    listed = {_type_name(h) for h in custom_hooks or []}
-    for key, ours in DEFAULT_HOOKS.items():
-        given = key in hooks
-        value = hooks.pop(key, ours)
-        if value is None:
-            continue
-        if not given and ours['type'] in listed:
-            if warn and ours['type'] not in MMENGINE_HOOKS:
-                log_line(
-                    f'custom_hooks lists {ours["type"]}, one of our default hooks: it is used '
-                    f'instead of ours; default_hooks.{key}=dict(...) is where its arguments '
-                    f'go (default_hooks.{key}=None removes it)', logging.WARNING, rank0_only=True)
-            continue
-        if isinstance(value, dict) and 'type' not in value:
-            value = dict(ours, **value)
-        hooks[key] = value
-    return hooks
 
 
 def _disk_usage(path: str) -> Optional[Tuple[int, int]]:
@@ -118,7 +70,7 @@ def _agreement_on(cfg: Any) -> bool:
     ``default_hooks.rank_agreement`` is None or has ``enabled=False``, or when the config
     lists ``dict(type='AgreementHook', enabled=False)`` in ``custom_hooks``."""
     hooks = our_default_hooks(cfg.get('default_hooks'), cfg.get('custom_hooks'))
-    listed = [h for h in cfg.get('custom_hooks') or [] if _type_name(h) == 'AgreementHook'
+    listed = [h for h in cfg.get('custom_hooks') or [] if hook_type_name(h) == 'AgreementHook'
               ] + ([hooks['rank_agreement']] if 'rank_agreement' in hooks else [])
     return bool(listed) and all(
         (h.get('enabled', True) if isinstance(h, dict) else getattr(h, 'enabled', True))
