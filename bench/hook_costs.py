@@ -62,8 +62,9 @@ class HookCostProbe(Hook):
                     for method in ('_forward_begins', '_forward_ends'):
                         self._wrap(hook.clock, name, method)
         if type(runner.log_processor).__name__ == 'GlobalLossLogProcessor':
-            # what it adds to the stock processor: the ranks' exchange and the mean, on the
-            # lines LoggerHook logs (the module's functions, looked up at each call)
+            # what the global loss adds to the stock processor: the ranks' exchange
+            # (GlobalLossHook) and the mean, on the lines LoggerHook logs (the module's
+            # functions, looked up at each call)
             # The gather waits for the slower rank, which DDP's next all-reduce would wait for
             # anyway: a barrier first takes that wait (kept apart, as skew), so the gather's
             # own time is what it adds.

@@ -21,6 +21,8 @@ DEFAULT_HOOKS = dict(
     # sync buffers at every forward); averaged after each training epoch, so that every rank
     # validates with the same model. A config's own SyncBuffersHook in custom_hooks is the one.
     sync_buffers=dict(type='SyncBuffersHook'),
+    # the ranks' mean training losses in the log (runner/global_loss.py)
+    global_loss=dict(type='GlobalLossHook'),
 )
 MMENGINE_HOOKS = ('SyncBuffersHook', )  # listed in custom_hooks: expected, no warning
 

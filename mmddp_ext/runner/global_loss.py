@@ -1,14 +1,19 @@
 """The training losses in the log speak for every rank.
 
 MMEngine logs rank 0's losses alone (mmcv 1.x averaged them over the ranks): a rank that trains
-on other data, or diverges, does not show. :class:`GlobalLossLogProcessor` is MMEngine's
-``LogProcessor`` whose training losses are the mean over the ranks of each rank's smoothed
-value (the value the stock processor would log there), with ``loss_rank_min`` and
-``loss_rank_max`` beside the total loss. The ranks exchange their values once per logged line
-(one gather of a few numbers, on the iterations where ``LoggerHook`` logs, which every rank
-calls), never per iteration. ``DDPRunner`` uses it where a config asks for the stock
-``LogProcessor``; ``log_processor.global_losses=False`` logs rank 0's values again.
+on other data, or diverges, does not show. With ``DDPRunner`` each training loss of a logged
+line is the mean over the ranks of each rank's smoothed value (the value the stock processor
+would log there), with ``loss_rank_min`` and ``loss_rank_max`` beside the total loss.
+
+Two parts. :class:`GlobalLossHook` (``default_hooks.global_loss``) exchanges the ranks' values
+once per logged line: one gather of a fixed-size row of numbers, on the iterations where
+``LoggerHook`` logs (every rank decides alike), never per iteration. It runs before
+``IterTimerHook`` ends the iteration's clock, so the wait for a later rank counts in this
+iteration's time, as DDP's own all-reduce would, not in the next one's data time.
+:class:`GlobalLossLogProcessor`, MMEngine's ``LogProcessor`` where a config asks for the stock
+one, logs the exchanged values. ``default_hooks.global_loss=None`` logs rank 0's values again.
 """
+import math
 import numbers
 import zlib
 from collections import OrderedDict
@@ -16,10 +21,12 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 from mmengine.dist import all_gather, get_world_size
-from mmengine.registry import LOG_PROCESSORS
+from mmengine.hooks import Hook, LoggerHook
+from mmengine.registry import HOOKS, LOG_PROCESSORS
 from mmengine.runner import LogProcessor
 
 SPREAD_OF = 'loss'  # the total loss gets the ranks' minimum and maximum beside it
+MAX_LOSSES = 63  # loss values a line can carry to the other ranks
 
 
 def is_loss(key: str, value: Any) -> bool:
@@ -45,46 +52,86 @@ def over_ranks(tags: List[Mapping[str, Any]], rank: int) -> Dict[str, Any]:
     return out
 
 
-@LOG_PROCESSORS.register_module()
-class GlobalLossLogProcessor(LogProcessor):
-    """MMEngine's ``LogProcessor``; the training losses it logs are the ranks' mean.
-
-    Args:
-        global_losses: False logs rank 0's own values, as the stock processor does.
-        *args, **kwargs: ``LogProcessor``'s.
-    """
-
-    def __init__(self, *args, global_losses: bool = True, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.global_losses = global_losses
-
-    def _collect_scalars(self, custom_cfg: List[dict], runner, mode: str,
-                         reserve_prefix: bool = False) -> dict:
-        tag = super()._collect_scalars(custom_cfg, runner, mode, reserve_prefix)
-        if not self.global_losses or mode != 'train' or get_world_size() < 2:
-            return tag
-        keys = [k for k, v in tag.items() if is_loss(k, v)]
-        rows = all_gather(
-            torch.tensor([keys_digest(keys)] + [float(tag[k]) for k in keys], dtype=torch.float64))
-        tags = losses_of(keys, [row.tolist() for row in rows])
-        if tags is None:  # the ranks log different losses: each logs its own
-            return tag
-        tags[runner.rank] = tag  # this rank's whole line; the others' losses
-        return over_ranks(tags, runner.rank)
-
-
 def keys_digest(keys: List[str]) -> float:
     """The loss names of a line as one number (exact in a float64) that the ranks compare."""
     return float(zlib.crc32('\n'.join(keys).encode()))
 
 
+def row_of(keys: List[str], values: List[float]) -> List[float]:
+    """What a rank sends: ``[digest, value, ...]`` padded to ``1 + MAX_LOSSES`` numbers (every
+    rank sends the same size, whatever it logs; more losses than that send no digest)."""
+    if len(keys) > MAX_LOSSES:
+        return [math.nan] * (1 + MAX_LOSSES)
+    return [keys_digest(keys)] + list(values) + [0.0] * (MAX_LOSSES - len(values))
+
+
 def losses_of(keys: List[str], rows: List[List[float]]) -> Optional[List[Dict[str, float]]]:
-    """Each rank's losses from its gathered row (``[digest, value, ...]``), or None when a rank
-    names other losses than this one."""
+    """Each rank's losses from its gathered row (:func:`row_of`), or None when a rank names
+    other losses than this one (or too many)."""
     digest = keys_digest(keys)
-    if any(row[0] != digest or len(row) != len(keys) + 1 for row in rows):
+    if any(row[0] != digest for row in rows):  # NaN never equals
         return None
-    return [dict(zip(keys, row[1:])) for row in rows]
+    return [dict(zip(keys, row[1:1 + len(keys)])) for row in rows]
+
+
+@LOG_PROCESSORS.register_module()
+class GlobalLossLogProcessor(LogProcessor):
+    """MMEngine's ``LogProcessor``; a training line that :class:`GlobalLossHook` exchanged
+    carries the ranks' mean losses (any other line is as the stock processor makes it).
+    Takes ``LogProcessor``'s arguments."""
+
+    exchanged: Optional[tuple] = None  # (iteration, every rank's losses), set by the hook
+
+    def local_losses(self, runner) -> Dict[str, float]:
+        """This rank's smoothed training losses, as :meth:`_collect_scalars` makes them."""
+        return {
+            key[len('train/'):]: float(buffer.mean(self.window_size))
+            for key, buffer in runner.message_hub.log_scalars.items()
+            if key.startswith('train/') and is_loss(key, 0.0)
+        }
+
+    def _collect_scalars(self, custom_cfg: List[dict], runner, mode: str,
+                         reserve_prefix: bool = False) -> dict:
+        tag = super()._collect_scalars(custom_cfg, runner, mode, reserve_prefix)
+        if mode != 'train' or self.exchanged is None or self.exchanged[0] != runner.iter:
+            return tag
+        tags = [dict(losses) for losses in self.exchanged[1]]
+        if reserve_prefix:
+            tags = [{f'train/{k}': v for k, v in losses.items()} for losses in tags]
+        tags[runner.rank] = tag  # this rank's whole line; the others' losses
+        return over_ranks(tags, runner.rank)
+
+
+@HOOKS.register_module()
+class GlobalLossHook(Hook):
+    """Exchanges the ranks' training losses on the iterations ``LoggerHook`` logs, for
+    :class:`GlobalLossLogProcessor` (module docstring)."""
+
+    priority = 'ABOVE_NORMAL'  # after RuntimeInfoHook records the losses, before IterTimerHook
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch: Any = None,
+                         outputs: Optional[dict] = None) -> None:
+        processor = runner.log_processor
+        if get_world_size() < 2 or not isinstance(processor, GlobalLossLogProcessor) or \
+                not isinstance(processor.window_size, int):
+            return
+        logger = next((h for h in runner.hooks if isinstance(h, LoggerHook)), None)
+        if logger is None or not _logs_now(logger, runner, batch_idx):
+            return
+        local = processor.local_losses(runner)
+        keys = list(local)
+        rows = all_gather(torch.tensor(row_of(keys, [local[k] for k in keys]), dtype=torch.float64))
+        losses = losses_of(keys, [row.tolist() for row in rows])
+        processor.exchanged = None if losses is None else (runner.iter, losses)
+
+
+def _logs_now(logger: LoggerHook, runner, batch_idx: int) -> bool:
+    """Whether ``LoggerHook.after_train_iter`` logs a line at this iteration (its own rule)."""
+    if logger.every_n_inner_iters(batch_idx, logger.interval):
+        return True
+    return logger.end_of_epoch(runner.train_dataloader,
+                               batch_idx) and (not logger.ignore_last
+                                               or len(runner.train_dataloader) <= logger.interval)
 
 
 def log_processor_cfg(log_processor: Any) -> Any:

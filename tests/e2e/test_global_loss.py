@@ -2,7 +2,7 @@
 ranks of the demo whose total losses differ by construction (``RankLossOffset`` adds 10 to rank
 1's), logged every iteration with a window of one iteration. Rank 0's log line carries the mean
 of the two ranks' values of that iteration for every loss, with the ranks' minimum and maximum
-of the total beside it; ``log_processor.global_losses=False`` logs rank 0's own values."""
+of the total beside it; ``default_hooks.global_loss=None`` logs rank 0's own values."""
 import json
 import os.path as osp
 import re
@@ -32,7 +32,7 @@ def test_rank_0_logs_the_mean_over_the_ranks(demo_data, tmp_path, global_losses)
         run([
             'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
             str(tmp_path / 'w'), *demo_options(demo_data, 1), 'log_processor.window_size=1',
-            f'log_processor.global_losses={global_losses}'
+            *([] if global_losses else ['default_hooks.global_loss=None'])
         ]))
     lines = {int(m.group(1)): _values(m.group(0)) for m in LINE.finditer(out)}
     ranks = [_recorded(rec, 0), _recorded(rec, 1)]

@@ -60,10 +60,12 @@ def test_the_stock_processor_is_replaced_any_other_kept(given, expected_type):
 
 
 def test_rows_of_ranks_that_log_other_losses_are_not_mixed():
-    from mmddp_ext.runner.global_loss import keys_digest, losses_of
+    from mmddp_ext.runner.global_loss import MAX_LOSSES, losses_of, row_of
     keys = ['loss', 'loss_kpt']
-    same = [[keys_digest(keys), 1.0, 0.5], [keys_digest(keys), 3.0, 1.5]]
+    same = [row_of(keys, [1.0, 0.5]), row_of(keys, [3.0, 1.5])]
+    assert len(same[0]) == len(row_of(['loss'], [2.0])) == 1 + MAX_LOSSES  # one size for all
     assert losses_of(keys, same) == [dict(loss=1.0, loss_kpt=0.5), dict(loss=3.0, loss_kpt=1.5)]
-    other = [[keys_digest(keys), 1.0, 0.5], [keys_digest(['loss', 'loss_cls']), 3.0, 1.5]]
+    other = [row_of(keys, [1.0, 0.5]), row_of(['loss', 'loss_cls'], [3.0, 1.5])]
     assert losses_of(keys, other) is None
-    assert losses_of(keys, [[keys_digest(keys), 1.0, 0.5], [keys_digest(keys), 3.0]]) is None
+    many = [f'loss_{i}' for i in range(MAX_LOSSES + 1)]
+    assert losses_of(many, [row_of(many, [1.0] * len(many))] * 2) is None

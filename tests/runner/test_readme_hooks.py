@@ -98,7 +98,7 @@ class TestOurDefaultHookKeys(RunnerTestCase):
 DEFAULT_HOOKS_BY_KEY = dict(rank_agreement='AgreementHook', scaling_plan='ScalingHook',
                             rank_memory='RankMemoryHook', finite_loss='FiniteLossHook',
                             hang_watchdog='HangWatchdogHook', preemption='PreemptionHook',
-                            sync_buffers='SyncBuffersHook')
+                            sync_buffers='SyncBuffersHook', global_loss='GlobalLossHook')
 
 
 class TestSyncBuffersOfTheConfig(RunnerTestCase):
