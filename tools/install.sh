@@ -51,7 +51,7 @@ for arg in "$@"; do
 done
 
 LOG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/mmddp_ext_install.XXXXXX")
-TOTAL=$((10 + 2 * WITH_TESTS))
+TOTAL=$((10 + 3 * WITH_TESTS))
 N=0
 exec 3>&1  # step bodies print their decisions on fd 3; everything else goes to the step's log
 
