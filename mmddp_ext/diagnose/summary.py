@@ -80,12 +80,7 @@ def summarize(work_dir: str, records: Optional[List[Dict]] = None,
     ranks = _current_run(read_ranks(work_dir) if ranks is None else ranks)
     launch = _read_launch(work_dir) if launch is None else launch
     head = [f'==== mmddp_ext diagnosis of {osp.abspath(work_dir)} ====']
-    raised = {r.get('rank') for r in records}
-    # a rank that raised and then died by a signal while exiting: its exception is the news
-    killed = [
-        f for f in launch
-        if signal_name(f) and signal_name(f) not in LAUNCHER_STOP and f.get('rank') not in raised
-    ]
+    killed = _killed(launch, records)
     if killed:  # no Python exception: the signal is the news, whatever the others raised
         return '\n'.join(head + _killed_lines(work_dir, killed, records, ranks))
     hang = _hang_lines(work_dir, records, ranks)
@@ -234,15 +229,22 @@ def _agreed_only(record: Dict) -> bool:
     return ranks is not None and record.get('rank') not in ranks
 
 
+def _killed(launch: List[Dict], records: List[Dict]) -> List[Dict]:
+    """The launcher's failures by a signal that is not its own stop, of ranks that raised
+    nothing (a rank that raised and then died by a signal while exiting: its exception is the
+    news)."""
+    raised = {r.get('rank') for r in records}
+    return [
+        f for f in launch
+        if signal_name(f) and signal_name(f) not in LAUNCHER_STOP and f.get('rank') not in raised
+    ]
+
+
 def rank_at_fault(records: List[Dict], launch: List[Dict]) -> Optional[int]:
     """The rank the diagnosis blames, from the failure records and the launcher's report: the
     first killed by a signal that is not the launcher's own stop and raised nothing, else the
     first that failed by itself (:func:`_first_failure`), else the launcher's first failure."""
-    raised = {r.get('rank') for r in records}
-    killed = [
-        f for f in launch
-        if signal_name(f) and signal_name(f) not in LAUNCHER_STOP and f.get('rank') not in raised
-    ]
+    killed = _killed(launch, records)
     if killed:
         return min(killed, key=lambda f: f.get('time') or 0).get('rank')
     if records:

@@ -119,6 +119,26 @@ def first_slurm_host(nodelist: str) -> str:
     return first
 
 
+JOB_PORT_BASE = 20000  # MASTER_PORT from a scheduler's job id: 20000 + id % 10000
+
+
+def job_port(job_id: str) -> str:
+    """``MASTER_PORT`` derived from a job id (Slurm's, mpirun's): two jobs sharing a host do
+    not clash."""
+    return str(JOB_PORT_BASE + int(job_id) % 10000)
+
+
+def _copied(environ: Mapping[str, str], pairs, launcher: str, fix: str) -> dict:
+    """``{torch's name: value}`` of a launcher's variables ``(its name, torch's name)``; a
+    missing one raises with its name, the launcher and ``fix``."""
+    out = {}
+    for src, dst in pairs:
+        if environ.get(src, '') == '':
+            raise DistEnvError(f'{src} is not set, but --launcher {launcher} needs it: {fix}')
+        out[dst] = environ[src]
+    return out
+
+
 def slurm_to_torch(environ: Mapping[str, str], master_addr: Optional[str] = None) -> dict:
     """Map a Slurm task's variables onto torchrun's (RANK, WORLD_SIZE, LOCAL_RANK, ...).
 
@@ -129,12 +149,8 @@ def slurm_to_torch(environ: Mapping[str, str], master_addr: Optional[str] = None
     """
     fix = 'run the command under srun, e.g. srun -N1 -n2 python tools/dist_train.py CONFIG ' \
           '--launcher slurm (or use tools/slurm_train.sh)'
-    out = {}
-    for src, dst in (('SLURM_PROCID', 'RANK'), ('SLURM_NTASKS', 'WORLD_SIZE'), ('SLURM_LOCALID',
-                                                                                'LOCAL_RANK')):
-        if environ.get(src, '') == '':
-            raise DistEnvError(f'{src} is not set, but --launcher slurm needs it: {fix}')
-        out[dst] = environ[src]
+    out = _copied(environ, (('SLURM_PROCID', 'RANK'), ('SLURM_NTASKS', 'WORLD_SIZE'),
+                            ('SLURM_LOCALID', 'LOCAL_RANK')), 'slurm', fix)
     nnodes = environ.get('SLURM_NNODES') or environ.get('SLURM_JOB_NUM_NODES') or '1'
     world = _int(out, 'WORLD_SIZE', fix) or 1
     nn = _int({'SLURM_NNODES': nnodes}, 'SLURM_NNODES', fix) or 1
@@ -152,11 +168,8 @@ def slurm_to_torch(environ: Mapping[str, str], master_addr: Optional[str] = None
     if environ.get('MASTER_PORT'):
         out['MASTER_PORT'] = environ['MASTER_PORT']
     elif environ.get('SLURM_JOB_ID', '').isdigit():
-        out['MASTER_PORT'] = str(20000 + int(environ['SLURM_JOB_ID']) % 10000)
+        out['MASTER_PORT'] = job_port(environ['SLURM_JOB_ID'])
     return out
-
-
-MPI_PORT_BASE = 20000  # MASTER_PORT = MPI_PORT_BASE + mpirun's job id % 10000, as for Slurm
 
 
 def mpi_to_torch(environ: Mapping[str, str]) -> dict:
@@ -171,13 +184,10 @@ def mpi_to_torch(environ: Mapping[str, str]) -> dict:
     """
     fix = ('start the processes with mpirun, e.g. mpirun -np 2 python tools/dist_train.py '
            'CONFIG --launcher mpi')
-    out = {}
-    for src, dst in (('OMPI_COMM_WORLD_RANK', 'RANK'), ('OMPI_COMM_WORLD_SIZE', 'WORLD_SIZE'),
-                     ('OMPI_COMM_WORLD_LOCAL_RANK', 'LOCAL_RANK'), ('OMPI_COMM_WORLD_LOCAL_SIZE',
-                                                                    'LOCAL_WORLD_SIZE')):
-        if environ.get(src, '') == '':
-            raise DistEnvError(f'{src} is not set, but --launcher mpi needs it: {fix}')
-        out[dst] = environ[src]
+    out = _copied(environ,
+                  (('OMPI_COMM_WORLD_RANK', 'RANK'), ('OMPI_COMM_WORLD_SIZE', 'WORLD_SIZE'),
+                   ('OMPI_COMM_WORLD_LOCAL_RANK', 'LOCAL_RANK'),
+                   ('OMPI_COMM_WORLD_LOCAL_SIZE', 'LOCAL_WORLD_SIZE')), 'mpi', fix)
     rank, world = _int(out, 'RANK', fix), _int(out, 'WORLD_SIZE', fix)
     local_size = _int(out, 'LOCAL_WORLD_SIZE', fix)
     if local_size and world and world % local_size == 0:
@@ -195,7 +205,7 @@ def mpi_to_torch(environ: Mapping[str, str]) -> dict:
     if environ.get('MASTER_PORT'):
         out['MASTER_PORT'] = environ['MASTER_PORT']
     elif environ.get('OMPI_MCA_ess_base_jobid', '').isdigit():
-        out['MASTER_PORT'] = str(MPI_PORT_BASE + int(environ['OMPI_MCA_ess_base_jobid']) % 10000)
+        out['MASTER_PORT'] = job_port(environ['OMPI_MCA_ess_base_jobid'])
     return out
 
 

@@ -11,7 +11,7 @@ from ..diagnose.records import WORK_DIR_NOTE_ENV, noted_work_dir, read_failures
 from ..diagnose.summary import rank_at_fault, summarize
 from ..dist.launch import launch_workers
 from ..dist.run_front import failure_records
-from ..utils.process_state import own_process
+from ..utils.process_state import own_process, restore, snapshot
 from .train import main
 
 
@@ -76,7 +76,7 @@ def launch(config: Union[str, Config], nproc_per_node: int = 1, nnodes: int = 1,
     path = _config_path(config)
     fd, note = tempfile.mkstemp(prefix='mmddp_work_dir_', suffix='.txt')
     os.close(fd)
-    before = os.environ.get(WORK_DIR_NOTE_ENV)
+    state = snapshot()  # the caller's environment, without the note's variable
     os.environ[WORK_DIR_NOTE_ENV] = note  # the workers say where their records are
     try:
         return launch_workers(worker_main, [path, *args], nproc_per_node, nnodes, node_rank,
@@ -87,10 +87,7 @@ def launch(config: Union[str, Config], nproc_per_node: int = 1, nnodes: int = 1,
             raise
         raise LaunchFailed(e, work_dir) from None
     finally:
-        if before is None:
-            os.environ.pop(WORK_DIR_NOTE_ENV, None)
-        else:
-            os.environ[WORK_DIR_NOTE_ENV] = before
+        restore(state)
         os.unlink(note)
         if path is not config:  # the file dumped from a Config object (restarts included)
             os.unlink(path)

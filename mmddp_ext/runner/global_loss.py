@@ -109,15 +109,23 @@ class GlobalLossHook(Hook):
 
     priority = 'ABOVE_NORMAL'  # after RuntimeInfoHook records the losses, before IterTimerHook
 
+    def __init__(self) -> None:
+        self.logger: Optional[LoggerHook] = None  # the run's LoggerHook, when there is an exchange
+
+    def before_train(self, runner) -> None:
+        """Whether this run exchanges at all, decided once: several ranks, our processor with a
+        window of iterations, and a LoggerHook whose lines to follow."""
+        processor = runner.log_processor
+        self.logger = None
+        if get_world_size() > 1 and isinstance(processor, GlobalLossLogProcessor) and \
+                isinstance(processor.window_size, int):
+            self.logger = next((h for h in runner.hooks if isinstance(h, LoggerHook)), None)
+
     def after_train_iter(self, runner, batch_idx: int, data_batch: Any = None,
                          outputs: Optional[dict] = None) -> None:
+        if self.logger is None or not _logs_now(self.logger, runner, batch_idx):
+            return
         processor = runner.log_processor
-        if get_world_size() < 2 or not isinstance(processor, GlobalLossLogProcessor) or \
-                not isinstance(processor.window_size, int):
-            return
-        logger = next((h for h in runner.hooks if isinstance(h, LoggerHook)), None)
-        if logger is None or not _logs_now(logger, runner, batch_idx):
-            return
         local = processor.local_losses(runner)
         keys = list(local)
         rows = all_gather(torch.tensor(row_of(keys, [local[k] for k in keys]), dtype=torch.float64))

@@ -47,7 +47,7 @@ def release_run(owned: bool) -> None:
     one collection and what survives is frozen again, so the interpreter's exit still skips the
     start-up's heap; in a caller's process one collection, its freeze left alone."""
     if owned:
-        gc.unfreeze()
-    gc.collect()
-    if owned:
+        collect_all()
         gc.freeze()
+    else:
+        gc.collect()
