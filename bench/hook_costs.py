@@ -34,7 +34,7 @@ from mmengine.registry import HOOKS
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 OUT = osp.join(ROOT, 'bench', 'results', 'hook_costs.json')
 OURS = ('AgreementHook', 'ScalingHook', 'RankMemoryHook', 'FiniteLossHook', 'HangWatchdogHook',
-        'PreemptionHook', 'GlobalLossLogProcessor')
+        'PreemptionHook', 'SyncBuffersHook', 'GlobalLossHook', 'GlobalLossLogProcessor')
 PER_ITER = ('before_train_iter', 'after_train_iter', 'before_train_epoch', 'after_train_epoch',
             '_forward_begins', '_forward_ends', 'all_gather', 'over_ranks')
 ONE_OFF = ('before_run', 'before_train', 'after_train', 'after_run')
@@ -62,12 +62,14 @@ class HookCostProbe(Hook):
                     for method in ('_forward_begins', '_forward_ends'):
                         self._wrap(hook.clock, name, method)
         if type(runner.log_processor).__name__ == 'GlobalLossLogProcessor':
-            # what the global loss adds to the stock processor: the ranks' exchange
-            # (GlobalLossHook) and the mean, on the lines LoggerHook logs (the module's
-            # functions, looked up at each call)
+            # what the global loss adds: the ranks' exchange (GlobalLossHook, on the
+            # iterations LoggerHook logs) and the mean (the processor); the module's
+            # functions are looked up at each call
             # The gather waits for the slower rank, which DDP's next all-reduce would wait for
-            # anyway: a barrier first takes that wait (kept apart, as skew), so the gather's
-            # own time is what it adds.
+            # anyway: a barrier first takes that wait (kept apart, as skew, and taken out of
+            # GlobalLossHook.after_train_iter, which holds it), so what is counted is what the
+            # exchange adds. The gather's own time is kept for the record ('exchange': not a
+            # method of the table, so not counted twice).
             from mmddp_ext.runner import global_loss
             self._wrap(global_loss, 'GlobalLossLogProcessor', 'over_ranks')
             gather = global_loss.all_gather
@@ -81,9 +83,8 @@ class HookCostProbe(Hook):
                 try:
                     return gather(*args, **kwargs)
                 finally:
-                    self.seconds['GlobalLossLogProcessor.all_gather'] += \
-                        time.perf_counter() - start
-                    self.calls['GlobalLossLogProcessor.all_gather'] += 1
+                    self.seconds['GlobalLossHook.exchange'] += time.perf_counter() - start
+                    self.calls['GlobalLossHook.exchange'] += 1
 
             global_loss.all_gather = aligned_gather
 
@@ -127,6 +128,11 @@ def _config(tmp: str, data: str, epochs: int) -> str:
     return path
 
 
+def _skew(rank: dict) -> float:
+    """Seconds one rank waited for the other before the loss exchanges."""
+    return rank['seconds'].get('skew.barrier_before_gather', 0.0)
+
+
 def summarize(ranks: dict) -> dict:
     """Per hook, µs per iteration (mean over ranks) and % of the median iteration."""
     iters = {r: len(d['iter_ends']) for r, d in ranks.items()}
@@ -135,17 +141,16 @@ def summarize(ranks: dict) -> dict:
     table = {}
     for name in OURS:
         per_iter = statistics.mean(
-            sum(s for k, s in d['seconds'].items()
-                if k.split('.')[0] == name and k.split('.')[1] in PER_ITER) / iters[r]
-            for r, d in ranks.items())
+            (sum(s for k, s in d['seconds'].items()
+                 if k.split('.')[0] == name and k.split('.')[1] in PER_ITER) -
+             (_skew(d) if name == 'GlobalLossHook' else 0.0)) / iters[r] for r, d in ranks.items())
         one_off = max(
             sum(s for k, s in d['seconds'].items()
                 if k.split('.')[0] == name and k.split('.')[1] in ONE_OFF) for d in ranks.values())
         table[name] = dict(us_per_iter=per_iter * 1e6, percent=100 * per_iter / iteration,
                            one_off_ms=one_off * 1e3)
     total = sum(v['us_per_iter'] for v in table.values())
-    skew = statistics.mean(d['seconds'].get('skew.barrier_before_gather', 0.0) / iters[r]
-                           for r, d in ranks.items())
+    skew = statistics.mean(_skew(d) / iters[r] for r, d in ranks.items())
     return dict(iteration_s=iteration, iterations=iters, hooks=table, total_us_per_iter=total,
                 total_percent=100 * total / 1e6 / iteration,
                 skew_waited_before_gather_us_per_iter=skew * 1e6)

@@ -12,7 +12,7 @@ from typing import Any, Deque, Dict, Optional, Sequence
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-from ..diagnose.records import begin_progress, stacks_path, write_progress
+from ..diagnose.records import ProgressFile, begin_progress, stacks_path
 from ..gpu import gpus
 from ..utils.checks import positive_number
 
@@ -96,7 +96,7 @@ class HangWatchdogHook(Hook):
         self.iter_seconds: Deque[float] = deque(maxlen=int(window))
         self.state: Dict[str, Any] = {}
         self._stack_file = None
-        self._path: Optional[str] = None
+        self._progress: Optional[ProgressFile] = None
         self._last_tick: Optional[float] = None
         self._announced = False
         self._was_enabled = False
@@ -105,7 +105,7 @@ class HangWatchdogHook(Hook):
     # ---- set-up and tear-down ----
     def before_run(self, runner) -> None:
         rank = runner.rank
-        self._path = begin_progress(runner.work_dir, rank)
+        self._progress = ProgressFile(begin_progress(runner.work_dir, rank))
         self.state = dict(rank=rank, world_size=runner.world_size, run=runner.timestamp,
                           pid=os.getpid(), host=socket.gethostname(),
                           slurm_node=os.environ.get('SLURMD_NODENAME'),
@@ -140,6 +140,8 @@ class HangWatchdogHook(Hook):
         if os.path.getsize(path) == 0:
             os.remove(path)
         self._phase('done')
+        self._progress.close()
+        self._progress = None
 
     # ---- training ----
     def before_train(self, runner) -> None:
@@ -211,7 +213,7 @@ class HangWatchdogHook(Hook):
             faulthandler.dump_traceback_later(seconds, exit=True, file=self._stack_file)
 
     def _write(self) -> None:
-        if self._path is None:
+        if self._progress is None:
             return
         self.state['time'] = time.time()
         try:
@@ -228,6 +230,6 @@ class HangWatchdogHook(Hook):
         except Exception:
             pass
         try:
-            write_progress(self._path, self.state)
+            self._progress.write(self.state)
         except OSError:
             pass
