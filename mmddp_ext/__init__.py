@@ -6,7 +6,7 @@ registries, and makes the few changes :mod:`mmddp_ext.import_changes` lists with
 ``Runner.from_cfg``).
 """
 from . import hooks, runner  # noqa: F401  (registration)
-from .dist import microbatch  # noqa: F401  (registration)
+from .ddp import microbatch  # noqa: F401  (registration)
 from .entry.launch import LaunchFailed, launch
 from .import_changes import apply_import_changes
 from .version import __version__

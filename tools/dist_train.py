@@ -22,7 +22,7 @@ def _pin_device_early() -> None:
     if local is None or not local.isdigit():
         return  # derived or validated later, with a clear error
     # torch.cuda itself, not the package's GPU seam: importing the package imports MMEngine;
-    # the package pins again through its seam (mmddp_ext.dist.launch.pin_device)
+    # the package pins again through its seam (mmddp_ext.ddp.process_group.pin_device)
     import torch
     if torch.cuda.is_available() and int(local) < torch.cuda.device_count():
         torch.cuda.set_device(int(local))
@@ -30,7 +30,7 @@ def _pin_device_early() -> None:
 
 def _stopped_before_this_restart() -> bool:
     """torchrun restarted this worker (MAX_RESTARTS) after dist_train.sh's front sent the job a
-    stop signal (``MMDDP_STOP_REQUESTED``, mmddp_ext/dist/run_front.py): the job was asked to
+    stop signal (``MMDDP_STOP_REQUESTED``, mmddp_ext/launcher/run_front.py): the job was asked to
     stop and its checkpoint is saved, so this worker does not train again."""
     name = os.environ.get('MMDDP_STOP_REQUESTED')
     if not name or os.environ.get('TORCHELASTIC_RESTART_COUNT', '0') == '0':

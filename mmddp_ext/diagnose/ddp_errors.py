@@ -45,7 +45,7 @@ def _names(names: Sequence[str]) -> str:
 
 def _name_of(record: Dict, index: int) -> str:
     """The name of DDP's parameter ``index``, from the record's ``ddp_param_names`` (written by
-    the entry: :func:`mmddp_ext.dist.wrapper.ddp_param_names`, in the order DDP indexes them)."""
+    the entry: :func:`mmddp_ext.ddp.wrapper.ddp_param_names`, in the order DDP indexes them)."""
     names = record.get('ddp_param_names') or []
     return names[index] if 0 <= index < len(names) else f'parameter #{index}'
 

@@ -114,7 +114,7 @@ _WORKER_OTHER = ('a crash in the worker (the dataset, its transforms or a librar
 def worker_death_lines(message: str) -> List[str]:
     """The cause and the fix where a rank raised because one of its DataLoader workers died by
     itself (torch's message), [] for any other message. A worker that the job's own stop ends
-    is never this: our workers leave a stop signal to their rank (:mod:`mmddp_ext.dist.workers`)
+    is never this: our workers leave a stop signal to their rank (:mod:`mmddp_ext.ddp.workers`)
     and die with it (``PR_SET_PDEATHSIG``)."""
     found = _WORKER_DEATH.search(message)
     if not found:

@@ -28,7 +28,7 @@ WAIT_SITES = (
     ('torch/autograd/', "backward (DDP's gradient all-reduce)"),
     ('torch/_tensor.py', "backward (DDP's gradient all-reduce)"),
     ('mmengine/dist/', "an MMEngine collective (mmengine.dist)"),
-    ('mmddp_ext/dist/microbatch.py', 'the gradient all-reduce of MicrobatchDDP'),
+    ('mmddp_ext/ddp/microbatch.py', 'the gradient all-reduce of MicrobatchDDP'),
     ('torch/cuda/', 'a CUDA synchronisation (waiting for queued collectives)'),
 )
 # Frames that are library code, skipped when naming the user's line.

@@ -5,8 +5,8 @@ import copy
 import json
 from typing import Any, Dict, Optional
 
-from ..dist.env import DistEnv
 from ..gpu import gpus
+from ..launcher.env import DistEnv
 from ..memory.forecast import render_forecast
 from ..runner.ddp_runner import applies_plan
 from ..scaling.apply import CheckedScaling, apply_plan, plan_for_config

@@ -5,7 +5,7 @@
 import os
 from typing import Any, List, Optional, Tuple
 
-from ..dist.wrapper import ddp_wrapper_cfg
+from ..ddp.wrapper import ddp_wrapper_cfg
 from ..gpu import gpus, physical, rank_device
 from ..memory.budget import Budget
 from ..memory.forecast import (Cause, Forecast, ForecastError, build_forecast, fit_line, parse_size,

@@ -9,8 +9,8 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from ..diagnose.records import WORK_DIR_NOTE_ENV, noted_work_dir, read_failures
 from ..diagnose.summary import rank_at_fault, summarize
-from ..dist.launch import launch_workers
-from ..dist.run_front import failure_records
+from ..launcher.elastic import launch_workers
+from ..launcher.run_front import failure_records
 from ..utils.process_state import own_process, restore, snapshot
 from .train import main
 
@@ -58,7 +58,7 @@ def launch(config: Union[str, Config], nproc_per_node: int = 1, nnodes: int = 1,
             temporary file first).
         args: further ``dist_train.py`` arguments, e.g. ``['--work-dir', 'w']``.
         nproc_per_node, nnodes, node_rank, master_addr, master_port, max_restarts, run_id,
-            start_method: as :func:`mmddp_ext.dist.launch.launch_workers` takes them
+            start_method: as :func:`mmddp_ext.launcher.elastic.launch_workers` takes them
             (``nproc_per_node``: one per GPU, any number on a CPU).
 
     Returns:

@@ -15,13 +15,14 @@ from mmengine.config import Config
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler, record
 
 from ..checkpoint import UNSAFE_ENV
+from ..ddp.process_group import ensure_process_group, shutdown
+from ..ddp.wrapper import ddp_param_names, model_wrapper_for
 from ..diagnose.records import clear_failure, note_work_dir, record_failure, stderr_path
 from ..diagnose.stderr_copy import keep_stderr
-from ..dist.env import DistEnv, read_dist_env, threads_per_process
-from ..dist.launch import ensure_process_group, read_launch_env, shutdown
-from ..dist.wrapper import ddp_param_names, model_wrapper_for
 from ..errors import UserError
 from ..hooks.preemption_hook import STOPPED_EXIT_CODE, TrainingStopped
+from ..launcher.env import DistEnv, read_dist_env, threads_per_process
+from ..launcher.layout import read_launch_env
 from ..runner.teardown import let_go_of_loaders
 from ..scaling.apply import CheckedScaling, check_scaling
 from ..utils.checks import did_you_mean

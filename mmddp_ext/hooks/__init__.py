@@ -1,4 +1,4 @@
-from .agreement_hook import AgreementHook
+from ..agreement.hook import AgreementHook
 from .finite_loss_hook import FiniteLossHook, NonFiniteLossError
 from .memory_hook import RankMemoryHook
 from .preemption_hook import STOPPED_EXIT_CODE, PreemptionHook, TrainingStopped

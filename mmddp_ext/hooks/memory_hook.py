@@ -1,7 +1,7 @@
 """``RankMemoryHook``: every rank's memory, gathered, logged, written, plotted; stray contexts.
 
 Every rank's iteration and data times ride along in the same gather, so a straggler is named
-(:mod:`mmddp_ext.dist.stragglers`) without a collective of its own.
+(:mod:`mmddp_ext.ddp.stragglers`) without a collective of its own.
 """
 import json
 import os
@@ -13,8 +13,8 @@ from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
-from ..dist.stragglers import (IterationClock, StragglerWatch, check_factor, check_patience,
-                               plot_speed)
+from ..ddp.stragglers import (IterationClock, StragglerWatch, check_factor, check_patience,
+                              plot_speed)
 from ..gpu import physical, rank_device
 from ..memory.stats import MemoryReader, MemorySample
 from ..memory.stray import DeviceTable, GpuProcess, RankIdentity, find_stray
@@ -60,10 +60,10 @@ class RankMemoryHook(Hook):
     device and any process outside the job (each finding logged once).
 
     Each rank's median iteration, data and forward times over the interval
-    (:class:`~mmddp_ext.dist.stragglers.IterationClock`) ride along in the same sample and
+    (:class:`~mmddp_ext.ddp.stragglers.IterationClock`) ride along in the same sample and
     JSONL line (``iter_time_s``, ``data_time_s``, ``forward_time_s``); a rank whose data or
     forward time exceeds the others' by ``straggler_factor`` in ``straggler_patience`` samples
-    in a row is named in a warning (:class:`~mmddp_ext.dist.stragglers.StragglerWatch`), and
+    in a row is named in a warning (:class:`~mmddp_ext.ddp.stragglers.StragglerWatch`), and
     ``speed.png`` beside ``memory.png`` plots every rank's iteration and data time.
 
     The hook never resets torch's peak counters, which MMEngine's ``memory`` log field relies

@@ -16,7 +16,7 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
 
-from ..dist import slurm
+from ..launcher import slurm
 from ..utils.io import atomic_write_text
 
 # EX_TEMPFAIL of sysexits.h: a temporary condition; running the command again continues.

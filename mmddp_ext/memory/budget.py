@@ -2,8 +2,8 @@
 real and repeatable: an address-space limit on a CPU, a cap on this process's share of the
 device on a GPU (:func:`apply_budget`); :func:`held_bytes` reads what it counts. Which errors
 are out-of-memory errors: :mod:`mmddp_ext.memory.oom`; the ranks agree on a failure with
-:func:`mmddp_ext.dist.agree.ranks_out_of_memory`. How the budget is enforced: docs/scaling.md,
-'Finding the per-device batch that fits', 'What is measured'.
+:func:`mmddp_ext.agreement.collective.ranks_out_of_memory`. How the budget is enforced:
+docs/scaling.md, 'Finding the per-device batch that fits', 'What is measured'.
 """
 import contextlib
 import ctypes

@@ -20,14 +20,14 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import MODEL_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
+from ..agreement.collective import agree_or_stop, view_of
 from ..checkpoint import (DISK_FULL, disk_full_error, finite_checkpoint_type, from_plain,
                           previous_checkpoint, refuse_nonfinite, to_plain)
-from ..dist.agree import agree_or_stop, view_of
-from ..dist.env import read_dist_env
-from ..dist.launch import ensure_process_group
-from ..dist.workers import tie_workers
-from ..dist.wrapper import ddp_param_names, model_wrapper_for, sync_bn_for_rank, with_rank_device
+from ..ddp.process_group import ensure_process_group
+from ..ddp.workers import tie_workers
+from ..ddp.wrapper import ddp_param_names, model_wrapper_for, sync_bn_for_rank, with_rank_device
 from ..gpu import gpus, rank_device
+from ..launcher.env import read_dist_env
 from ..memory.budget import apply_budget, checkpoint_writing
 from ..scaling.apply import CheckedScaling, apply_plan, plan_for_config
 from ..scaling.config import ScalingConfig
@@ -57,7 +57,8 @@ def _read_layout(launcher: str) -> Tuple[int, int]:
     """``(world size, this rank's index on its node)``: from the process group once one exists
     (``LOCAL_RANK``, which we set when we start one), else from the launcher's variables by the
     one rule the entry and the process group's start use too (the visible GPUs counted,
-    :func:`~mmddp_ext.dist.launch.read_launch_env`; here without asking Slurm for an address)."""
+    :func:`~mmddp_ext.launcher.layout.read_launch_env`; here without asking Slurm for an
+    address)."""
     import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(), int(os.environ.get('LOCAL_RANK', 0))
@@ -78,7 +79,7 @@ def _agreement_on(cfg: Any) -> bool:
 
 
 def _init_process_group(launcher: str, env_cfg: Optional[dict]) -> None:
-    """:func:`~mmddp_ext.dist.launch.ensure_process_group`, its notes logged."""
+    """:func:`~mmddp_ext.ddp.process_group.ensure_process_group`, its notes logged."""
     for note in ensure_process_group(launcher, (env_cfg or {}).get('dist_cfg')):
         print_log(f'[mmddp_ext] {note}', logger='current')
 
@@ -222,12 +223,12 @@ class DDPRunner(PutsBackCallersProcess, TrainsOnlyWithAPlan, WarnsOfEvaluationPa
 
     def wrap_model(self, model_wrapper_cfg: Optional[dict], model: Any) -> Any:
         """MMEngine's wrapping, with this rank's device given to DDP here, not in the config
-        (:func:`~mmddp_ext.dist.wrapper.with_rank_device`); on CPUs (gloo) SyncBN layers become
-        BatchNorm and ``sync_bn`` is ignored (:func:`~mmddp_ext.dist.wrapper.sync_bn_for_rank`,
+        (:func:`~mmddp_ext.ddp.wrapper.with_rank_device`); on CPUs (gloo) SyncBN layers become
+        BatchNorm and ``sync_bn`` is ignored (:func:`~mmddp_ext.ddp.wrapper.sync_bn_for_rank`,
         which on the fake GPU host first decides as a GPU rank does); in a
         single process, ``MicrobatchDDP`` when the config asks for it (MMEngine wraps only
         distributed models). Before a distributed model is wrapped, every rank's parameters,
-        config and versions are compared (:func:`~mmddp_ext.dist.agree.agree_or_stop`): a
+        config and versions are compared (:func:`~mmddp_ext.agreement.collective.agree_or_stop`): a
         rank that built another model stops every rank with a table, not with DDP's shape
         error. An error while wrapping carries ``ddp_param_names``, which the failure record
         keeps."""

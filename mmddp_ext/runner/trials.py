@@ -20,8 +20,8 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import MODEL_WRAPPERS, MODELS, init_default_scope
 from mmengine.runner import Runner
 
-from ..dist.agree import ranks_out_of_memory
-from ..dist.wrapper import batchnorm_for_cpu
+from ..agreement.collective import ranks_out_of_memory
+from ..ddp.wrapper import batchnorm_for_cpu
 from ..errors import ScalingError
 from ..gpu import gpus, physical, tensor_device
 from ..memory.onednn import turn_off_onednn_after

@@ -1,4 +1,4 @@
-"""Collated batches cut into micro-batches (for :class:`~mmddp_ext.dist.microbatch.MicrobatchDDP`).
+"""Collated batches cut into micro-batches (for :class:`~mmddp_ext.ddp.microbatch.MicrobatchDDP`).
 
 Pure functions over what MMEngine's collate functions produce: ``pseudo_collate``'s dict of
 sample lists, ``default_collate``'s stacked tensors, or a mix.

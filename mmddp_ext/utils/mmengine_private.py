@@ -65,7 +65,7 @@ PRIVATE_NAMES: Tuple[PrivateName, ...] = (
         'a pass that starts at the beginning of the rank\'s stream: InfiniteSampler makes one '
         'stream when it is built and has no public way to start it again'),
     PrivateName(
-        'mmengine.optim:OptimWrapper', '_inner_count', 'instance', 'dist/microbatch.py',
+        'mmengine.optim:OptimWrapper', '_inner_count', 'instance', 'ddp/microbatch.py',
         'micro-batches of one step must count as one accumulation step; OptimWrapper exposes '
         'the counter only through initialize_count_status, which also resets max_counts'),
     PrivateName(

@@ -9,7 +9,7 @@ importing this module changes nothing. ``MMDDP_QUIET=0`` in the environment turn
 
 Noise that was ours is fixed where it starts instead: the DDP wrapper passes
 ``forward_sync_buffers`` where torch deprecated ``broadcast_buffers``
-(:func:`mmddp_ext.dist.wrapper.ddp_wrapper_cfg`), and ``DDPRunner.load_or_resume`` says in one
+(:func:`mmddp_ext.ddp.wrapper.ddp_wrapper_cfg`), and ``DDPRunner.load_or_resume`` says in one
 line that a ``--resume`` found no checkpoint.
 """
 import inspect

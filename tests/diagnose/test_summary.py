@@ -146,7 +146,7 @@ def test_the_waiting_rank_that_raised_when_its_peer_left_is_not_named():
 
 
 def _agreed_errors():
-    from mmddp_ext.dist.agree import RanksOutOfMemoryError
+    from mmddp_ext.agreement.collective import RanksOutOfMemoryError
     from mmddp_ext.errors import NothingFitsError
     return [
         RanksOutOfMemoryError('out of memory on rank(s) [1] even with micro-batches', [1]),
@@ -188,7 +188,7 @@ def test_nothing_fits_error_survives_pickling():
 def test_ranks_out_of_memory_error_survives_pickling():
     import pickle
 
-    from mmddp_ext.dist.agree import RanksOutOfMemoryError
+    from mmddp_ext.agreement.collective import RanksOutOfMemoryError
     from mmddp_ext.memory.oom import is_oom_error
     back = pickle.loads(
         pickle.dumps(RanksOutOfMemoryError('out of memory on rank(s) [2, 0]', [2, 0])))

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from mmddp_ext.dist.launch import find_free_port
 from mmddp_ext.entry.train import main
+from mmddp_ext.launcher.rendezvous import find_free_port
 
 from conftest import (DEMO_CONFIG, PYTHON, assert_no_debris, assert_not_trained, demo_options,
                       finish, popen)
@@ -98,8 +98,9 @@ def _manual(rank, world, port, work, timeout=RENDEZVOUS_TIMEOUT):
     return popen(TRAIN + [DEMO_CONFIG, '--work-dir', work], env=env)
 
 
-# A port in use and an unreachable master under hand-set variables: tests/dist/test_rendezvous.py
-# (test_hand_set_rank_0_names_the_port_holder, test_hand_set_ranks_say_what_they_wait_for).
+# A port in use and an unreachable master under hand-set variables:
+# tests/launcher/test_rendezvous.py (test_hand_set_rank_0_names_the_port_holder,
+# test_hand_set_ranks_say_what_they_wait_for).
 
 
 @pytest.fixture(scope='module')

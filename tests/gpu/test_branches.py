@@ -5,8 +5,8 @@ import os
 import pytest
 import torch
 
-from mmddp_ext.dist.launch import pin_device
-from mmddp_ext.dist.wrapper import model_wrapper_for
+from mmddp_ext.ddp.process_group import pin_device
+from mmddp_ext.ddp.wrapper import model_wrapper_for
 from mmddp_ext.gpu import use_gpus
 from mmddp_ext.gpu.fake import FakeGpus, make_fake_host
 from mmddp_ext.memory.budget import apply_budget, held_bytes
@@ -73,7 +73,7 @@ def test_held_bytes_on_a_gpu_are_its_allocated_bytes(fake):
 def test_wrapper_decides_the_rank_s_device_and_gives_torch_none_on_the_fake(fake):
     from mmengine.config import Config
 
-    from mmddp_ext.dist.wrapper import with_rank_device
+    from mmddp_ext.ddp.wrapper import with_rank_device
     pin_device(1)
     wrapper = model_wrapper_for(Config(dict(model=dict(type='X'))), True)
     assert wrapper['device_ids'] is None  # in the config: the same on every rank
@@ -113,7 +113,7 @@ def _bn_model() -> torch.nn.Module:
 def test_a_gpu_rank_is_given_its_device_at_wrap_time_and_keeps_its_syncbn(tmp_path):
     from mmengine.config import Config
 
-    from mmddp_ext.dist.wrapper import sync_bn_for_rank, with_rank_device
+    from mmddp_ext.ddp.wrapper import sync_bn_for_rank, with_rank_device
     make_fake_host(str(tmp_path), count=2)
     previous = use_gpus(_OnGpu(str(tmp_path)))
     try:
@@ -128,7 +128,7 @@ def test_a_gpu_rank_is_given_its_device_at_wrap_time_and_keeps_its_syncbn(tmp_pa
 
 
 def test_the_fake_applies_sync_bn_as_a_gpu_rank_then_gives_its_cpu_batchnorm(fake):
-    from mmddp_ext.dist.wrapper import sync_bn_for_rank, sync_bn_layers
+    from mmddp_ext.ddp.wrapper import sync_bn_for_rank, sync_bn_layers
     model, note = sync_bn_for_rank(_bn_model(), 'torch')
     assert note == ('fake GPU host: SyncBN 1 layer(s) kept as on a GPU; BatchNorm used (its '
                     'tensors stay on the CPU)')
@@ -138,7 +138,7 @@ def test_the_fake_applies_sync_bn_as_a_gpu_rank_then_gives_its_cpu_batchnorm(fak
 
 
 def test_a_rank_without_gpus_trains_batchnorm_and_ignores_sync_bn(fake, monkeypatch):
-    from mmddp_ext.dist.wrapper import sync_bn_for_rank, sync_bn_layers
+    from mmddp_ext.ddp.wrapper import sync_bn_for_rank, sync_bn_layers
     monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')  # as CUDA counts it: no GPU
     assert fake.count() == 0 and not fake.available()
     model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(_bn_model())

@@ -12,7 +12,7 @@ import torch.distributed as dist
 from mmengine.model import BaseModel, MMDistributedDataParallel
 from mmengine.optim import OptimWrapper
 
-from mmddp_ext.dist.microbatch import MicrobatchDDP
+from mmddp_ext.ddp.microbatch import MicrobatchDDP
 
 
 class TinyRegressor(BaseModel):

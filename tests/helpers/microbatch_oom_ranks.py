@@ -25,7 +25,7 @@ from mmengine.logging import MMLogger
 from mmengine.model import BaseModel, MMDistributedDataParallel
 from mmengine.optim import OptimWrapper
 
-from mmddp_ext.dist.microbatch import MicrobatchDDP
+from mmddp_ext.ddp.microbatch import MicrobatchDDP
 
 COLLECTIVE_TIMEOUT = 60  # seconds: only a hang guard; every collective here takes milliseconds
 

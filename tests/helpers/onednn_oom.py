@@ -20,7 +20,7 @@ import sys
 
 import torch
 
-import mmddp_ext.dist.microbatch as microbatch
+import mmddp_ext.ddp.microbatch as microbatch
 import mmddp_ext.runner.trials as trials_module
 from mmddp_ext.memory.onednn import PRIMITIVE_FAILURE
 

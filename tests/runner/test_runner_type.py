@@ -12,8 +12,8 @@ from mmengine.testing import RunnerTestCase
 from mmengine.testing.runner_test_case import ToyModel
 
 import mmddp_ext  # noqa: F401  (what custom_imports does)
-from mmddp_ext.dist.rendezvous import find_free_port
-from mmddp_ext.dist.wrapper import batchnorm_for_cpu, sync_bn_layers
+from mmddp_ext.ddp.wrapper import batchnorm_for_cpu, sync_bn_layers
+from mmddp_ext.launcher.rendezvous import find_free_port
 from mmddp_ext.runner.ddp_runner import DDPRunner
 
 

@@ -71,7 +71,7 @@ def _search(upper):
 
 
 def _seconds(raw):
-    from mmddp_ext.dist.rendezvous import seconds_from_env
+    from mmddp_ext.launcher.rendezvous import seconds_from_env
     return seconds_from_env({'WAIT': raw}, 'WAIT', 30.0)
 
 

@@ -1,6 +1,6 @@
 """The collector around start-up (:mod:`mmddp_ext.utils.start_up`), in a fresh interpreter
 (``gc.freeze`` is for the whole process: not in pytest's). The entry's own use of it is
-asserted on the shared 2-process run (``tests/dist/test_launch.py``, the ranks' ``gc``)."""
+asserted on the shared 2-process run (``tests/launcher/test_elastic.py``, the ranks' ``gc``)."""
 import subprocess
 
 from conftest import PYTHON, ROOT

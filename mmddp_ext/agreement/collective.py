@@ -9,7 +9,7 @@ and all act on the same answer. Which errors are out-of-memory errors is decided
 records and the diagnosis blame those and not the first rank to raise.
 
 Before the first iteration, :func:`agree_or_stop` compares every rank's view of the job (the
-pure part is :mod:`mmddp_ext.dist.agreement`): the DDPRunner before it wraps the model (DDP's
+pure part is :mod:`mmddp_ext.agreement.compare`): the DDPRunner before it wraps the model (DDP's
 own shape check would otherwise stop the job with torch's message), and the
 :class:`~mmddp_ext.hooks.AgreementHook` once the training data is built.
 """
@@ -19,8 +19,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from .agreement import (PACKAGES, RanksDisagreeError, canonical, disagreements, format_screen,
-                        rank_summary, short_message)
+from .compare import (PACKAGES, RanksDisagreeError, canonical, disagreements, format_screen,
+                      rank_summary, short_message)
 
 
 class RanksOutOfMemoryError(torch.OutOfMemoryError):
@@ -66,7 +66,7 @@ def parameter_shapes(model: Any) -> List[Tuple[str, Tuple[int, ...]]]:
 
 def view_of(model: Any, cfg: Any, dataset_length: Optional[int] = None,
             iters_per_epoch: Optional[int] = None) -> Tuple[Dict[str, Any], list]:
-    """This rank's summary (:func:`~mmddp_ext.dist.agreement.rank_summary`) of ``model``
+    """This rank's summary (:func:`~mmddp_ext.agreement.compare.rank_summary`) of ``model``
     (wrapped or not) and ``cfg`` (an mmengine ``Config``), and the parameter list behind it."""
     params = parameter_shapes(model)
     plain = cfg.to_dict() if hasattr(cfg, 'to_dict') else dict(cfg)
@@ -77,7 +77,7 @@ def view_of(model: Any, cfg: Any, dataset_length: Optional[int] = None,
 def agree_or_stop(summary: Mapping[str, Any], params: Sequence, rank: int,
                   logger: Any = None) -> List[Dict[str, Any]]:
     """Gather every rank's summary and return them; when they differ, rank 0 logs the screen
-    and every rank raises :class:`~mmddp_ext.dist.agreement.RanksDisagreeError` (rank 0's
+    and every rank raises :class:`~mmddp_ext.agreement.compare.RanksDisagreeError` (rank 0's
     message is the screen, the others' its headline).
 
     All ranks must call this: one ``all_gather_object`` of the summaries; only when they differ,

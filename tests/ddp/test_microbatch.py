@@ -11,7 +11,7 @@ import torch.distributed as dist
 from mmengine.model import BaseModel
 from mmengine.optim import OptimWrapper
 
-from mmddp_ext.dist.microbatch import MicrobatchDDP
+from mmddp_ext.ddp.microbatch import MicrobatchDDP
 
 from conftest import PYTHON, check_ok, once, run
 

@@ -7,9 +7,9 @@ from unittest import mock
 import pytest
 from mmengine.testing import RunnerTestCase
 
-from mmddp_ext.dist.agree import agree_or_stop, parameter_shapes, versions, view_of
-from mmddp_ext.dist.agreement import PACKAGES, RanksDisagreeError
-from mmddp_ext.hooks.agreement_hook import AgreementHook
+from mmddp_ext.agreement.collective import agree_or_stop, parameter_shapes, versions, view_of
+from mmddp_ext.agreement.compare import PACKAGES, RanksDisagreeError
+from mmddp_ext.agreement.hook import AgreementHook
 from mmddp_ext.runner.ddp_runner import DDPRunner
 
 

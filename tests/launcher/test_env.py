@@ -1,8 +1,8 @@
 """The launcher-environment reader: one clear error per mistake, torchrun's formulas."""
 import pytest
 
-from mmddp_ext.dist.env import (DistEnvError, choose_backend, detect_launcher, first_slurm_host,
-                                read_dist_env, slurm_to_torch, threads_per_process)
+from mmddp_ext.launcher.env import (DistEnvError, choose_backend, detect_launcher, first_slurm_host,
+                                    read_dist_env, slurm_to_torch, threads_per_process)
 
 MASTER = dict(MASTER_ADDR='127.0.0.1', MASTER_PORT='29500')
 
@@ -119,7 +119,7 @@ def test_slurm_mapping():
 @pytest.mark.parametrize(
     'extra, resolved, master',
     [
-        ({}, '10.0.0.7', '10.0.0.7'),  # the NodeAddr Slurm gave (mmddp_ext.dist.slurm)
+        ({}, '10.0.0.7', '10.0.0.7'),  # the NodeAddr Slurm gave (mmddp_ext.launcher.slurm)
         ({}, None, 'gpu-node07'),  # scontrol could not say: the node's name
         (dict(MASTER_ADDR='10.1.2.3'), '10.0.0.7', '10.1.2.3'),  # the user's choice wins
     ])

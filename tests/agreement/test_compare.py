@@ -3,9 +3,9 @@ import pickle
 
 import pytest
 
-from mmddp_ext.dist.agreement import (PER_NODE_KEYS, PER_RANK_KEYS, RanksDisagreeError, canonical,
-                                      digest, disagreements, first_param_differences, format_screen,
-                                      rank_summary, short_message)
+from mmddp_ext.agreement.compare import (PER_NODE_KEYS, PER_RANK_KEYS, RanksDisagreeError,
+                                         canonical, digest, disagreements, first_param_differences,
+                                         format_screen, rank_summary, short_message)
 
 PARAMS = [('backbone.conv1.weight', (64, 3, 7, 7)), ('head.final_layer.weight', (17, 32, 1, 1)),
           ('head.final_layer.bias', (17, ))]

@@ -7,7 +7,7 @@ import pytest
 from mmengine.config import Config
 from mmengine.logging import MMLogger
 
-from mmddp_ext.dist.wrapper import buffer_sync_key, ddp_wrapper_cfg, model_wrapper_for
+from mmddp_ext.ddp.wrapper import buffer_sync_key, ddp_wrapper_cfg, model_wrapper_for
 from mmddp_ext.errors import ScalingError
 
 
@@ -96,10 +96,11 @@ def test_the_wrapper_is_on_the_rank_s_derived_device(monkeypatch, tmp_path, visi
     ``_layout``) and the pin of the process group's start. A host of ``visible_gpus`` GPUs is
     faked: its ranks decide as GPU ranks do, and give torch None (their tensors stay on the
     CPU), which the line says."""
-    from mmddp_ext.dist.launch import pin_device, read_launch_env
-    from mmddp_ext.dist.wrapper import with_rank_device
+    from mmddp_ext.ddp.process_group import pin_device
+    from mmddp_ext.ddp.wrapper import with_rank_device
     from mmddp_ext.gpu import use_gpus
     from mmddp_ext.gpu.fake import FakeGpus, make_fake_host
+    from mmddp_ext.launcher.layout import read_launch_env
     from mmddp_ext.runner.ddp_runner import _read_layout
     for key in ('LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'CUDA_VISIBLE_DEVICES'):
         monkeypatch.delenv(key, raising=False)

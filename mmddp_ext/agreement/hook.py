@@ -1,8 +1,8 @@
 """``AgreementHook``: before the first iteration, every rank agrees or the job stops with a table.
 
-The comparison and the screen are :mod:`mmddp_ext.dist.agreement`, the collective
-:func:`mmddp_ext.dist.agree.agree_or_stop`; this hook only builds this rank's summary once the
-training data is built.
+The comparison and the screen are :mod:`mmddp_ext.agreement.compare`, the collective
+:func:`mmddp_ext.agreement.collective.agree_or_stop`; this hook only builds this rank's summary
+once the training data is built.
 """
 import time
 from typing import Any, Dict, List, Optional
@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-from ..dist.agree import agree_or_stop, view_of
+from .collective import agree_or_stop, view_of
 
 
 def _length(obj: Any) -> Optional[int]:
@@ -27,11 +27,11 @@ class AgreementHook(Hook):
     In ``before_train`` each rank summarises the training dataset's length, the iterations
     per epoch, the model's parameter names, shapes and count, a digest of the resolved config
     (per-node paths and per-rank devices excluded, see
-    :data:`~mmddp_ext.dist.agreement.NOT_COMPARED_KEYS`) and the
+    :data:`~mmddp_ext.agreement.compare.NOT_COMPARED_KEYS`) and the
     versions of torch, mmengine, mmcv, mmpose, mmdet and mmddp_ext; one ``all_gather_object``
     brings every summary to every rank. When they differ, rank 0 logs the screen of
-    :func:`~mmddp_ext.dist.agreement.format_screen` and every rank raises
-    :class:`~mmddp_ext.dist.agreement.RanksDisagreeError`, so the job stops before step 1.
+    :func:`~mmddp_ext.agreement.compare.format_screen` and every rank raises
+    :class:`~mmddp_ext.agreement.compare.RanksDisagreeError`, so the job stops before step 1.
     When they agree, rank 0 logs one line with the time the check took (also in
     :attr:`seconds`).
 

@@ -4,7 +4,7 @@ node of rank 0, whether a job may be requeued, and the requeue itself.
 Node names (``n1``, ``gpu-node07``) need not resolve through DNS on a Slurm cluster: Slurm reaches
 its nodes by the ``NodeAddr`` of ``slurm.conf``. So ``MASTER_ADDR`` under ``--launcher slurm`` is
 the ``NodeAddr`` of the first node of the step (``scontrol show hostnames`` expands the node list,
-``scontrol show node -o NAME`` gives the address); :func:`mmddp_ext.dist.env.slurm_to_torch`
+``scontrol show node -o NAME`` gives the address); :func:`mmddp_ext.launcher.env.slurm_to_torch`
 receives it as an argument and stays a pure mapping. Where ``scontrol`` is missing or says
 nothing, the node's name is used, as before.
 

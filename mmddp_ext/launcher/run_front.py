@@ -3,9 +3,9 @@ torchrun in this process; a failed worker ends with one line and a JSON report
 (``$MMDDP_LAUNCH_REPORT``) instead of torchrun's dump. Its checks and exit codes:
 docs/launching.md, "The six ways", and docs/reliability.md.
 
-Run as a script (``python mmddp_ext/dist/run_front.py --nnodes=N ... [torchrun args]``) so that
+Run as a script (``python mmddp_ext/launcher/run_front.py --nnodes=N ... [torchrun args]``) so that
 the agent does not import the package (and with it MMEngine): its two sibling modules are then
-loaded from their files; imported as ``mmddp_ext.dist.run_front`` (tests), normally.
+loaded from their files; imported as ``mmddp_ext.launcher.run_front`` (tests), normally.
 """
 import errno
 import gc

@@ -13,7 +13,7 @@ import psutil
 import pytest
 from listening import assert_loopback_only, finish_watching_sockets, other_hostname_prefix
 
-from mmddp_ext.dist.launch import find_free_port
+from mmddp_ext.launcher.rendezvous import find_free_port
 
 from conftest import (DEMO_CONFIG, PYTHON, ROOT, demo_options, demo_with_hooks, finish, popen,
                       read_records, recording_config, run)

@@ -3,8 +3,8 @@ import os.path as osp
 
 import pytest
 
-from mmddp_ext.dist.stragglers import (IterationClock, StragglerWatch, check_factor, check_patience,
-                                       find_straggler, plot_speed)
+from mmddp_ext.ddp.stragglers import (IterationClock, StragglerWatch, check_factor, check_patience,
+                                      find_straggler, plot_speed)
 from mmddp_ext.hooks.memory_hook import RankMemoryHook
 
 

@@ -15,8 +15,8 @@ import psutil
 import pytest
 from listening import assert_loopback_only, other_hostname_prefix
 
-from mmddp_ext.dist import rendezvous
-from mmddp_ext.dist.launch import find_free_port
+from mmddp_ext.launcher import rendezvous
+from mmddp_ext.launcher.rendezvous import find_free_port
 
 from conftest import (DEMO_CONFIG, PYTHON, assert_no_debris, assert_not_trained, demo_options,
                       finish, popen, run)
@@ -231,7 +231,7 @@ def test_front_does_not_import_the_package(tmp_path):
                       'os.environ["MASTER_PORT"], os.environ["GLOO_SOCKET_IFNAME"])\n')
     port = find_free_port()
     proc = run([
-        PYTHON, '-X', 'importtime', 'mmddp_ext/dist/run_front.py', f'--master-port={port}',
+        PYTHON, '-X', 'importtime', 'mmddp_ext/launcher/run_front.py', f'--master-port={port}',
         '--nproc_per_node=1',
         str(script)
     ], timeout=HANG_GUARD)

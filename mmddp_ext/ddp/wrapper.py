@@ -34,7 +34,7 @@ def ddp_wrapper_cfg(cfg: Any, cuda: bool, on_oom: str = 'raise') -> dict:
     model init gives every rank the same buffers anyway. Keys the config sets itself win (a
     config that sets either buffer key gets neither of ours); wrappers other than DDP (FSDP,
     DeepSpeed, ...) are left alone. With ``on_oom='microbatch'`` the type becomes
-    :class:`~mmddp_ext.dist.microbatch.MicrobatchDDP` (whose own ``broadcast_buffers`` is
+    :class:`~mmddp_ext.ddp.microbatch.MicrobatchDDP` (whose own ``broadcast_buffers`` is
     not deprecated).
 
     On a GPU the device is not written here: it differs per rank, and what is written here is
@@ -69,7 +69,7 @@ def model_wrapper_for(cfg: Any, distributed: bool, on_oom: str = 'raise',
     Distributed: the lean DDP wrapper (:func:`ddp_wrapper_cfg`), the same on every rank; the
     rank's device is given when the model is wrapped (:func:`with_rank_device`).
     Steps guarded against running out of memory (``on_oom='microbatch'``, the default with
-    ``max_batch_per_device='auto'``): :class:`~mmddp_ext.dist.microbatch.MicrobatchDDP`, in a
+    ``max_batch_per_device='auto'``): :class:`~mmddp_ext.ddp.microbatch.MicrobatchDDP`, in a
     single process too. A guard that only the default asked for (``guard_by_default``) gives
     way to a model wrapper of the config's own (FSDP, ...), with a warning.
 

@@ -1,7 +1,7 @@
 """``MicrobatchDDP``: data parallelism whose training step survives an out-of-memory error.
 
 Selected by ``scaling.on_oom='microbatch'``, the default with ``max_batch_per_device='auto'``
-(:func:`mmddp_ext.dist.wrapper.ddp_wrapper_cfg`). It keeps DDP's semantics without DDP's reducer
+(:func:`mmddp_ext.ddp.wrapper.ddp_wrapper_cfg`). It keeps DDP's semantics without DDP's reducer
 and orders each step so that the ranks agree on an out-of-memory error before any collective;
 then every rank redoes the step as more, smaller micro-batches, with the same global batch and
 LR. :class:`FlatGradients` holds the gradients. How a step runs, and what it costs:
@@ -15,11 +15,11 @@ import torch
 import torch.distributed as dist
 from mmengine.registry import MODEL_WRAPPERS
 
+from ..agreement.collective import RanksOutOfMemoryError, ranks_out_of_memory
 from ..memory.onednn import turn_off_onednn_after
 from ..memory.oom import is_oom_error, memory_reading, release_memory
 from ..utils.batch import batch_length, forward_loss, split_batch
 from ..utils.log import log_line
-from .agree import RanksOutOfMemoryError, ranks_out_of_memory
 
 CHUNK_BYTES = 25 * 2**20
 

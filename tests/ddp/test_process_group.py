@@ -4,9 +4,9 @@ import os
 import pytest
 import torch.distributed as dist
 
-from mmddp_ext.dist.env import read_dist_env
-from mmddp_ext.dist.launch import ensure_process_group
-from mmddp_ext.dist.rendezvous import find_free_port
+from mmddp_ext.ddp.process_group import ensure_process_group
+from mmddp_ext.launcher.env import read_dist_env
+from mmddp_ext.launcher.rendezvous import find_free_port
 
 
 def test_not_distributed_starts_nothing():

@@ -1,5 +1,5 @@
-"""The rendezvous helpers (:mod:`mmddp_ext.dist.rendezvous`) and the torchrun front's failure
-records (:mod:`mmddp_ext.dist.run_front`), in-process: who holds a port, pinning gloo/NCCL to
+"""The rendezvous helpers (:mod:`mmddp_ext.launcher.rendezvous`) and the torchrun front's failure
+records (:mod:`mmddp_ext.launcher.run_front`), in-process: who holds a port, pinning gloo/NCCL to
 the loopback interface, waiting with progress lines, torchrun's failures as records and one line.
 The front run for real is in ``test_rendezvous.py``."""
 import os
@@ -8,7 +8,7 @@ import socket
 import psutil
 import pytest
 
-from mmddp_ext.dist import rendezvous, run_front
+from mmddp_ext.launcher import rendezvous, run_front
 
 
 def test_port_holder_names_the_listening_process():
@@ -99,7 +99,7 @@ def test_wait_for_listener_names_why_nothing_answered():
         (dict(WORLD_SIZE='2', RANK='1'), 2, 0, 1, 'RANK=1 is set in this environment'),
     ])
 def test_operator_layout_error(environ, nnodes, node_rank, nproc, wrong):
-    from mmddp_ext.dist.run_front import operator_layout_error
+    from mmddp_ext.launcher.run_front import operator_layout_error
     line = operator_layout_error(environ, nnodes, node_rank, nproc)
     if wrong is None:
         assert line is None
@@ -108,6 +108,6 @@ def test_operator_layout_error(environ, nnodes, node_rank, nproc, wrong):
 
 
 def test_nproc_among_torchruns_arguments():
-    from mmddp_ext.dist.run_front import _nproc
+    from mmddp_ext.launcher.run_front import _nproc
     assert _nproc(['--nproc_per_node=4', '--max-restarts=0', 'x.py']) == 4
     assert _nproc(['--nproc-per-node=2']) == 2 and _nproc(['x.py']) == 1
