@@ -15,9 +15,10 @@ import torch
 import torch.distributed as dist
 from mmengine.registry import MODEL_WRAPPERS
 
-from ..agreement.collective import RanksOutOfMemoryError, ranks_out_of_memory
-from ..memory.onednn import turn_off_onednn_after
-from ..memory.oom import is_oom_error, memory_reading, release_memory
+from ..oom.classify import is_oom_error
+from ..oom.onednn import turn_off_onednn_after
+from ..oom.release import memory_reading, release_memory
+from ..oom.vote import RanksOutOfMemoryError, ranks_out_of_memory
 from ..utils.batch import batch_length, forward_loss, split_batch
 from ..utils.log import log_line
 

@@ -19,7 +19,7 @@ import traceback
 import weakref
 from typing import Any, Callable, Dict, List, Union
 
-from ..memory.oom import address_space_limit, is_oom_error
+from ..oom.classify import address_space_limit, is_oom_error
 from ..utils.io import atomic_write_text
 from .frames import exception_sites
 from .stderr_copy import stderr_tail

@@ -372,8 +372,8 @@ def keep_launch_report(work_dir: str, path: str) -> List[Dict]:
 
 def _memory_lines(record: Dict) -> List[str]:
     """Memory numbers and, for an out-of-memory error, the batch that fits."""
-    from ..memory.oom import is_oom
-    from .oom_advice import oom_advice
+    from ..oom.advice import oom_advice
+    from ..oom.classify import is_oom
     lines = []
     now = (record.get('memory') or {}).get('now') or {}
     if now:

@@ -1,8 +1,8 @@
 """A per-rank memory budget, ``scaling.memory_budget_mib``, that makes running out of memory
 real and repeatable: an address-space limit on a CPU, a cap on this process's share of the
 device on a GPU (:func:`apply_budget`); :func:`held_bytes` reads what it counts. Which errors
-are out-of-memory errors: :mod:`mmddp_ext.memory.oom`; the ranks agree on a failure with
-:func:`mmddp_ext.agreement.collective.ranks_out_of_memory`. How the budget is enforced:
+are out-of-memory errors: :mod:`mmddp_ext.oom.classify`; the ranks agree on a failure with
+:func:`mmddp_ext.oom.vote.ranks_out_of_memory`. How the budget is enforced:
 docs/scaling.md, 'Finding the per-device batch that fits', 'What is measured'.
 """
 import contextlib
@@ -64,7 +64,7 @@ def _limit_address_space(nbytes: int) -> int:
     # starts from the same memory. Read by oneDNN when it first runs; a user's value wins.
     os.environ.setdefault('ONEDNN_PRIMITIVE_CACHE_CAPACITY', '0')
     # oneDNN does not survive a failed allocation: its convolution kernels crashed (a
-    # segfault) or the thread could not create a primitive any more (mmddp_ext.memory.onednn);
+    # segfault) or the thread could not create a primitive any more (mmddp_ext.oom.onednn);
     # torch's own kernels allocate through torch's allocator, which raises a clean error
     torch.backends.mkldnn.enabled = False
     vms = address_space_bytes()
@@ -106,7 +106,7 @@ def apply_budget(budget_mib: Optional[int], device: torch.device) -> Optional[Bu
     On a CPU the budget is an address-space limit (``RLIMIT_AS`` = the process's size now + the
     budget), so torch's CPU allocator raises ``DefaultCPUAllocator: can't allocate memory`` once
     it is used up; oneDNN is turned off under it (it crashes or stays broken when an allocation
-    fails: :mod:`mmddp_ext.memory.onednn`). An existing, tighter limit (``ulimit -v``) is
+    fails: :mod:`mmddp_ext.oom.onednn`). An existing, tighter limit (``ulimit -v``) is
     kept. Threads and processes started later (dataloader workers) inherit the limit, measured
     from their own size. glibc and oneDNN are set so that the address space follows the memory
     in use (:func:`_limit_address_space`). On a GPU a budget caps this process's share of the device

@@ -20,13 +20,14 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import MODEL_WRAPPERS, MODELS, init_default_scope
 from mmengine.runner import Runner
 
-from ..agreement.collective import ranks_out_of_memory
 from ..ddp.wrapper import batchnorm_for_cpu
 from ..errors import ScalingError
 from ..gpu import gpus, physical, tensor_device
-from ..memory.onednn import turn_off_onednn_after
-from ..memory.oom import is_oom_error, release_memory
 from ..memory.peak import read_peak, reset_peak
+from ..oom.classify import is_oom_error
+from ..oom.onednn import turn_off_onednn_after
+from ..oom.release import release_memory
+from ..oom.vote import ranks_out_of_memory
 from ..utils.batch import forward_loss
 from ..utils.process import rss_bytes
 

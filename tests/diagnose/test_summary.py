@@ -8,7 +8,7 @@ import pytest
 import mmddp_ext.diagnose.records as record_module
 from mmddp_ext.diagnose import summarize
 from mmddp_ext.diagnose.records import read_failures, record_failure
-from mmddp_ext.memory import oom as oom_module
+from mmddp_ext.oom import classify as oom_module
 
 PLAN = dict(per_device_batch_size=16, world_size=2, accumulative_counts=2, global_batch_size=64)
 
@@ -146,8 +146,8 @@ def test_the_waiting_rank_that_raised_when_its_peer_left_is_not_named():
 
 
 def _agreed_errors():
-    from mmddp_ext.agreement.collective import RanksOutOfMemoryError
     from mmddp_ext.errors import NothingFitsError
+    from mmddp_ext.oom.vote import RanksOutOfMemoryError
     return [
         RanksOutOfMemoryError('out of memory on rank(s) [1] even with micro-batches', [1]),
         # the finder's warm-up ran out of memory on rank 1 only
@@ -188,8 +188,8 @@ def test_nothing_fits_error_survives_pickling():
 def test_ranks_out_of_memory_error_survives_pickling():
     import pickle
 
-    from mmddp_ext.agreement.collective import RanksOutOfMemoryError
-    from mmddp_ext.memory.oom import is_oom_error
+    from mmddp_ext.oom.classify import is_oom_error
+    from mmddp_ext.oom.vote import RanksOutOfMemoryError
     back = pickle.loads(
         pickle.dumps(RanksOutOfMemoryError('out of memory on rank(s) [2, 0]', [2, 0])))
     assert back.oom_ranks == [0, 2] and str(back) == 'out of memory on rank(s) [2, 0]'

@@ -12,7 +12,7 @@ import sys
 
 import torch.distributed as dist
 
-from mmddp_ext.agreement.collective import ranks_out_of_memory
+from mmddp_ext.oom.vote import ranks_out_of_memory
 from mmddp_ext.scaling.search import search_max_batch
 
 

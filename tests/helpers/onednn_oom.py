@@ -22,7 +22,7 @@ import torch
 
 import mmddp_ext.ddp.microbatch as microbatch
 import mmddp_ext.runner.trials as trials_module
-from mmddp_ext.memory.onednn import PRIMITIVE_FAILURE
+from mmddp_ext.oom.onednn import PRIMITIVE_FAILURE
 
 from tests.helpers.demo_trials import demo_trials
 from tests.helpers.proc_status import proc_status

@@ -1,12 +1,47 @@
 """The advice under an out-of-memory failure in the diagnosis: the per-device batch that fits
-(:func:`mmddp_ext.memory.oom.fitting_batch`) split so that the global batch stays, or why no
-batch fits. docs/memory.md shows it.
+(:func:`fitting_batch`, from the failed allocation's size, :func:`requested_bytes`) split so
+that the global batch stays, or why no batch fits. docs/memory.md shows it.
 """
-from typing import Any, List, Mapping, Optional
+import re
+from typing import Any, List, Mapping, Optional, Tuple
 
-from ..memory.oom import MAP_SEGMENT, fitting_batch, requested_bytes
+from ..memory.budget import MARGIN
 from ..scaling.split import best_split
-from ..utils.units import format_mib
+from ..utils.units import BYTES_PER_UNIT, GIB, MIB, format_mib
+from .classify import MAP_SEGMENT
+
+
+def requested_bytes(message: str) -> Optional[int]:
+    """The size of the failed allocation, from torch's CUDA or CPU message."""
+    m = re.search(r'you tried to allocate (\d+) bytes', message)
+    if m:
+        return int(m.group(1))
+    m = re.search(r'Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)', message)
+    if m:
+        return int(float(m.group(1)) * BYTES_PER_UNIT[m.group(2).lower()])
+    return None
+
+
+def fitting_batch(batch: int, baseline: Mapping[str, Any], peak: Mapping[str, Any],
+                  requested: Optional[int]) -> Tuple[int, str]:
+    """The per-device batch that would fit, and how it was found: on a GPU from the measured
+    memory per sample (peak allocated + ``requested`` - baseline, over ``batch``) and what 90%
+    of the device, less other processes, leaves above the baseline; on a CPU half the batch,
+    a rule of thumb. Always between 1 and ``batch - 1`` (1 when ``batch`` is 1)."""
+    total = peak.get('device_total')
+    if total and peak.get('peak_allocated') is not None and baseline.get('allocated') is not None:
+        base = baseline['allocated']
+        need = max(peak['peak_allocated'] + (requested or 0) - base, 1)
+        per_sample = need / batch
+        others = max(0, (peak.get('device_used') or 0) - (peak.get('reserved') or 0))
+        room = (1 - MARGIN) * (total - others) - base
+        fit = int(room // per_sample)
+        return max(
+            1, min(batch - 1,
+                   fit)), (f'measured: {per_sample / MIB:.1f} MiB per sample above a baseline of '
+                           f'{format_mib(base)}, {total / GIB:.2f} GiB device, 10% margin')
+    return max(1, batch // 2), ('rule of thumb (no device total on a CPU): half the per-device '
+                                'batch; the limit was the host memory available to the process')
 
 
 def _nothing_fits(record: Mapping[str, Any]) -> Optional[List[str]]:

@@ -3,13 +3,13 @@
 torch's own kernels: every out-of-memory error is then torch's allocator error and the next
 step trains (``tests/helpers/onednn_oom.py``, in a process of its own; the measured failures
 with oneDNN on: docs/memory.md, 'What a failed step leaves behind'). Under a limit of the
-user's own, oneDNN is turned off after its first failure (:mod:`mmddp_ext.memory.onednn`)."""
+user's own, oneDNN is turned off after its first failure (:mod:`mmddp_ext.oom.onednn`)."""
 import json
 
 import pytest
 import torch
 
-from mmddp_ext.memory.onednn import turn_off_onednn_after
+from mmddp_ext.oom.onednn import turn_off_onednn_after
 
 from conftest import PYTHON, check_ok, run
 

@@ -11,7 +11,7 @@ import logging
 from typing import Optional
 
 from ..utils.log import log_line
-from .oom import exception_chain
+from .classify import exception_chain
 
 PRIMITIVE_FAILURE = 'could not create a primitive'
 

@@ -1,10 +1,37 @@
-"""The advice under an out-of-memory failure (pure): the split that keeps the global batch, or
-why no batch fits."""
-from mmddp_ext.diagnose.oom_advice import oom_advice
+"""The advice under an out-of-memory failure: the failed allocation's size, the per-device
+batch that fits (pure), and the lines the diagnosis shows."""
+from mmddp_ext.oom.advice import fitting_batch, oom_advice, requested_bytes
 
 CPU_MESSAGE = ("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
                "allocate memory: you tried to allocate 16777216 bytes. Error code 12")
 MAP = ImportError('libtorch_cpu.so: failed to map segment from shared object')
+
+GPU_MESSAGE = ('CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total capacity of '
+               '23.64 GiB of which 1.02 GiB is free.')
+
+
+def test_requested_bytes_reads_both_allocators():
+    assert requested_bytes(CPU_MESSAGE) == 16777216
+    assert requested_bytes(GPU_MESSAGE) == int(1.5 * 2**30)
+    assert requested_bytes('no size here') is None
+
+
+def test_fitting_batch_from_gpu_measurements():
+    gib = 2**30
+    # 2 GiB baseline, 10 GiB peak at batch 32 (8 GiB for 32 samples), 24 GiB device, no others
+    fit, how = fitting_batch(
+        32, dict(allocated=2 * gib),
+        dict(peak_allocated=10 * gib, reserved=11 * gib, device_used=11 * gib,
+             device_total=24 * gib), None)
+    assert fit == 31  # (0.9 × 24 − 2) / 0.25 = 78, capped below the failing batch
+    assert 'measured: 256.0 MiB per sample' in how
+    fit, _ = fitting_batch(
+        32, dict(allocated=2 * gib),
+        dict(peak_allocated=20 * gib, reserved=21 * gib, device_used=23 * gib,
+             device_total=24 * gib), 4 * gib)
+    # another process holds 23 − 21 = 2 GiB; the failed request (4 GiB) counts as needed:
+    # room 0.9 × (24 − 2) − 2 = 17.8 GiB, per sample (20 + 4 − 2) / 32 = 0.6875 GiB → 25
+    assert fit == 25
 
 
 def test_advice_when_micro_batches_of_one_did_not_fit():
