@@ -5,14 +5,14 @@
 import os
 from typing import Any, List, Optional, Tuple
 
+from ..batch_finder.finder import reserve_bytes
+from ..batch_finder.trials import measure_steps
 from ..ddp.wrapper import ddp_wrapper_cfg
 from ..gpu import gpus, physical, rank_device
 from ..memory.budget import Budget
 from ..memory.forecast import (Cause, Forecast, ForecastError, build_forecast, fit_line, parse_size,
                                trial_batches)
 from ..memory.nvml import NvmlProcessTableReader
-from ..runner.batch_finder import reserve_bytes
-from ..runner.trials import measure_steps
 from ..scaling.apply import CheckedScaling, scaling_of
 from ..scaling.config import ScalingConfig
 from ..utils.process import host_memory_bytes

@@ -1,10 +1,10 @@
 """Forecast the memory of every rank of a DDP run before training (pure arithmetic, no torch).
 
 ``dist_train.py CONFIG --explain --memory`` measures a few training steps of one process
-(:func:`mmddp_ext.runner.trials.measure_steps`); here :func:`fit_line` fits a line through their
-peaks, :func:`build_forecast` adds what every rank holds beyond it (:class:`Cause`) and
-:func:`largest_batch` reads the largest per-device batch that fits. How each number is
-obtained, with real output: docs/memory.md, 'Memory forecast before training'.
+(:func:`mmddp_ext.batch_finder.trials.measure_steps`); here :func:`fit_line` fits a line
+through their peaks, :func:`build_forecast` adds what every rank holds beyond it
+(:class:`Cause`) and :func:`largest_batch` reads the largest per-device batch that fits. How
+each number is obtained, with real output: docs/memory.md, 'Memory forecast before training'.
 """
 import math
 import re

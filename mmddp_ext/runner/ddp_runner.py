@@ -87,7 +87,7 @@ def _init_process_group(launcher: str, env_cfg: Optional[dict]) -> None:
 def _measure(cfg: Any, checked: CheckedScaling,
              launcher: str) -> Tuple[Optional[int], Optional[tuple], Any]:
     """Apply ``scaling.memory_budget_mib`` and, for ``max_batch_per_device='auto'``, measure
-    the per-device batch that fits on every rank (:mod:`mmddp_ext.runner.batch_finder`).
+    the per-device batch that fits on every rank (:mod:`mmddp_ext.batch_finder.finder`).
 
     Returns:
         The measured batch (or None), where it is stored, ``(path, key)`` (or None), and
@@ -104,7 +104,7 @@ def _measure(cfg: Any, checked: CheckedScaling,
         if budget is not None:  # the finder says it in its own first line
             log_line(f'memory budget: {budget.how}', rank0_only=True)
         return None, None, None
-    from .batch_finder import find_max_batch
+    from ..batch_finder.finder import find_max_batch
 
     # the samples per rank per step: what a per-device batch can be at most, whatever the cap
     upper = checked.plan.per_device_batch_size * checked.plan.accumulative_counts
@@ -154,9 +154,9 @@ class DDPRunner(PutsBackCallersProcess, TrainsOnlyWithAPlan, WarnsOfEvaluationPa
         scaling_changes: the config changes the plan made, as ``key: old → new`` lines.
         batch_probe: where the finder's result is stored, with
             ``max_batch_per_device='auto'``
-            (:class:`~mmddp_ext.runner.batch_finder.StoredResult`), else None.
+            (:class:`~mmddp_ext.batch_finder.finder.StoredResult`), else None.
         trial_baseline: what this rank held between the finder's trials
-            (:class:`~mmddp_ext.runner.batch_finder.TrialBaseline`), when it measured in this
+            (:class:`~mmddp_ext.batch_finder.finder.TrialBaseline`), when it measured in this
             run; :class:`~mmddp_ext.hooks.ScalingHook` compares training with it.
     """
 

@@ -4,8 +4,8 @@ import torch
 from mmengine import Config
 from mmengine.registry import init_default_scope
 
+from mmddp_ext.batch_finder.trials import Trials
 from mmddp_ext.memory.budget import apply_budget
-from mmddp_ext.runner.trials import Trials
 
 ROOT = __file__.rsplit('/tests/', 1)[0]
 CONFIG = f'{ROOT}/configs/demo/td-hm_res18_1xb32-30e_demo-64x64.py'

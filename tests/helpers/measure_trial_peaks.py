@@ -24,8 +24,8 @@ def main() -> None:
     from mmddp_ext.entry.train import build_config, parse_args
     cfg = build_config(parse_args(argv))
     at_import = psutil.Process().memory_info().vms
+    from mmddp_ext.batch_finder.trials import CPU_RESERVE_MIB, Trials
     from mmddp_ext.memory.budget import apply_budget
-    from mmddp_ext.runner.batch_finder import CPU_RESERVE_MIB, Trials
     apply_budget(64 * 1024, torch.device('cpu'))
     from mmengine.registry import init_default_scope
     init_default_scope(cfg.get('default_scope', 'mmengine'))

@@ -20,8 +20,8 @@ import sys
 
 import torch
 
+import mmddp_ext.batch_finder.trials as trials_module
 import mmddp_ext.ddp.microbatch as microbatch
-import mmddp_ext.runner.trials as trials_module
 from mmddp_ext.oom.onednn import PRIMITIVE_FAILURE
 
 from tests.helpers.demo_trials import demo_trials

@@ -201,7 +201,9 @@ def test_runtime_check_accepts(block, cuda, distributed):
             check_runtime(parse_scaling(refused), False, distributed)
 
 
-@pytest.mark.parametrize('module', ['__init__.py', 'config.py', 'plan.py', 'search.py'])
+@pytest.mark.parametrize(
+    'module', ['__init__.py', 'config.py', 'plan.py',
+               osp.join('..', 'batch_finder', 'search.py')])
 def test_pure_stdlib_imports(module):
     with open(osp.join(SCALING_DIR, module), encoding='utf-8') as f:
         tree = ast.parse(f.read())

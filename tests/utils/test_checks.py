@@ -66,7 +66,7 @@ def _watchdog(**kwargs):
 
 
 def _search(upper):
-    from mmddp_ext.scaling.search import search_max_batch
+    from mmddp_ext.batch_finder.search import search_max_batch
     return search_max_batch(upper, lambda batch: True)
 
 

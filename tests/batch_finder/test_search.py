@@ -6,7 +6,7 @@ import os.path as osp
 
 import pytest
 
-from mmddp_ext.scaling.search import SearchResult, Trial, max_trials, search_max_batch
+from mmddp_ext.batch_finder.search import SearchResult, Trial, max_trials, search_max_batch
 
 from conftest import PYTHON, check_ok, once, run
 

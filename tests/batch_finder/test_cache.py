@@ -1,5 +1,5 @@
 """The finder's stored result: its key names what a measured batch depends on."""
-from mmddp_ext.runner.batch_finder import cache_key
+from mmddp_ext.batch_finder.cache import cache_key
 
 
 def test_cache_key_is_stable_and_changes_with_what_matters():

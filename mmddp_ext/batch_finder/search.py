@@ -6,7 +6,7 @@ agreed on* (the MIN over ranks of "it fitted"), so every rank sees the same answ
 the same path. The first trial is the largest useful batch (often it fits: one trial); after
 that a bisection between the largest batch known to fit and the smallest known to fail, so at
 most ``1 + ceil(log2(upper))`` trials are run. (The finder that runs the trials and stores
-the result is :mod:`mmddp_ext.runner.batch_finder`; cutting a batch into micro-batches is
+the result is :mod:`mmddp_ext.batch_finder.finder`; cutting a batch into micro-batches is
 :mod:`mmddp_ext.utils.batch`.) Pure standard library.
 """
 import math

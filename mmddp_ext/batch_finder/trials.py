@@ -1,5 +1,5 @@
 """One training step on a model of its own, measured: the trial behind the batch finder
-(:mod:`mmddp_ext.runner.batch_finder`) and the memory forecast (:func:`measure_steps`, for
+(:mod:`mmddp_ext.batch_finder.finder`) and the memory forecast (:func:`measure_steps`, for
 ``dist_train.py --explain --memory``).
 
 :class:`Trials` builds the model from ``cfg.model`` on a device, wrapped as the Runner will
@@ -23,6 +23,7 @@ from mmengine.runner import Runner
 from ..ddp.wrapper import batchnorm_for_cpu
 from ..errors import ScalingError
 from ..gpu import gpus, physical, tensor_device
+from ..memory.budget import MARGIN, Budget
 from ..memory.peak import read_peak, reset_peak
 from ..oom.classify import is_oom_error
 from ..oom.onednn import turn_off_onednn_after
@@ -30,6 +31,20 @@ from ..oom.release import release_memory
 from ..oom.vote import ranks_out_of_memory
 from ..utils.batch import forward_loss
 from ..utils.process import rss_bytes
+
+# On a CPU the budget also holds what the Runner builds beside the model (dataloader and its
+# worker queues' threads, datasets, evaluator, hooks, logger, visualizer): measured 145 MiB
+# more than the trials after their warm-up, for the 128x128 demo with its 2 workers, at
+# per-device batch 8 and 32 alike (docs/scaling.md), so the reserve held free during a trial
+# is at least this much there.
+CPU_RESERVE_MIB = 160
+
+
+def reserve_bytes(budget: Budget) -> int:
+    """Bytes kept free during each trial: MARGIN of the budget, at least CPU_RESERVE_MIB on a
+    CPU."""
+    reserve = int(MARGIN * budget.nbytes)
+    return max(reserve, CPU_RESERVE_MIB * 2**20) if budget.device == 'cpu' else reserve
 
 
 def _samples(cfg: Any, count: int) -> tuple:
