@@ -14,18 +14,28 @@ import warnings
 warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
 
 
-def _pin_device_early() -> None:
-    """Pin the CUDA device from LOCAL_RANK before the heavy imports touch CUDA."""
+def early_local_rank(environ) -> 'int | None':
+    """The local rank a launcher gave this process, before the package can be imported (it
+    imports MMEngine and the model code): torchrun's, Slurm's or OpenMPI's variable, whichever
+    is set; None where it is missing or not a number (the package derives or refuses it).
+    The package's one reader of the layout (mmddp_ext.launcher.layout) then reads the same
+    local rank: tests/launcher/test_layout.py keeps the two equal for every launcher."""
     local = (
-        os.environ.get('LOCAL_RANK') or os.environ.get('SLURM_LOCALID')
-        or os.environ.get('OMPI_COMM_WORLD_LOCAL_RANK'))
-    if local is None or not local.isdigit():
+        environ.get('LOCAL_RANK') or environ.get('SLURM_LOCALID')
+        or environ.get('OMPI_COMM_WORLD_LOCAL_RANK'))
+    return int(local) if local is not None and local.isdigit() else None
+
+
+def _pin_device_early() -> None:
+    """Pin the CUDA device from the local rank before the heavy imports touch CUDA."""
+    local = early_local_rank(os.environ)
+    if local is None:
         return  # derived or validated later, with a clear error
     # torch.cuda itself, not the package's GPU seam: importing the package imports MMEngine;
     # the package pins again through its seam (mmddp_ext.ddp.process_group.pin_device)
     import torch
-    if torch.cuda.is_available() and int(local) < torch.cuda.device_count():
-        torch.cuda.set_device(int(local))
+    if torch.cuda.is_available() and local < torch.cuda.device_count():
+        torch.cuda.set_device(local)
 
 
 def _stopped_before_this_restart() -> bool:

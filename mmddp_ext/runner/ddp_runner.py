@@ -27,7 +27,7 @@ from ..ddp.process_group import ensure_process_group
 from ..ddp.workers import tie_workers
 from ..ddp.wrapper import ddp_param_names, model_wrapper_for, sync_bn_for_rank, with_rank_device
 from ..gpu import gpus, rank_device
-from ..launcher.env import read_dist_env
+from ..launcher.layout import read_launch_env
 from ..memory.budget import apply_budget, checkpoint_writing
 from ..scaling.apply import CheckedScaling, apply_plan, plan_for_config
 from ..scaling.config import ScalingConfig
@@ -55,14 +55,13 @@ def _disk_usage(path: str) -> Optional[Tuple[int, int]]:
 
 def _read_layout(launcher: str) -> Tuple[int, int]:
     """``(world size, this rank's index on its node)``: from the process group once one exists
-    (``LOCAL_RANK``, which we set when we start one), else from the launcher's variables by the
-    one rule the entry and the process group's start use too (the visible GPUs counted,
-    :func:`~mmddp_ext.launcher.layout.read_launch_env`; here without asking Slurm for an
-    address)."""
+    (``LOCAL_RANK``, which we set when we start one), else from the one reader of the
+    launcher's variables (:func:`~mmddp_ext.launcher.layout.read_launch_env`), whose reading
+    the process group's start then uses."""
     import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(), int(os.environ.get('LOCAL_RANK', 0))
-    env = read_dist_env(os.environ, launcher, num_gpus=gpus().count())
+    env = read_launch_env(launcher)
     return env.world_size, env.local_rank
 
 

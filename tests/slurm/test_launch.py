@@ -49,7 +49,7 @@ def test_node_names_are_not_resolvable_here():
 
 
 def test_master_addr_is_the_first_nodes_address(slurm):
-    probe = ('from mmddp_ext.dist.launch import read_launch_env; '
+    probe = ('from mmddp_ext.launcher.layout import read_launch_env; '
              'print(read_launch_env().describe())')
     out = check_ok(
         run(['srun', '-N2', '--ntasks-per-node=1', PYTHON, '-c', probe],
