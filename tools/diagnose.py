@@ -10,7 +10,7 @@ import sys
 
 if __name__ == '__main__':
     gc.disable()
-    from mmddp_ext.entry.diagnose import main
+    from mmddp_ext.diagnose.program import main
     code = main()
     gc.freeze()  # nothing for the interpreter's collections at exit to walk
     sys.exit(code)

@@ -1,7 +1,7 @@
-"""``python -m mmddp_ext.diagnose WORK_DIR``: the program; its flags are the entry layer's
-(:mod:`mmddp_ext.entry.diagnose`)."""
+"""``python -m mmddp_ext.diagnose WORK_DIR``: the program; its flags are
+:mod:`mmddp_ext.diagnose.program`."""
 import sys
 
-from ..entry.diagnose import main
+from .program import main
 
 sys.exit(main())

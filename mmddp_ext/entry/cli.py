@@ -1,15 +1,16 @@
 """The command line of ``tools/dist_train.py``: its flags and the work dir they imply.
 
 A light module (argparse and MMEngine's ``DictAction``; no torch.distributed, no training
-code), shared by the training entry (:mod:`mmddp_ext.entry.train`) and the diagnosis
-(:mod:`mmddp_ext.diagnose`), which finds a failed run's work dir from the same arguments.
+code). The work dir the flags imply is :func:`mmddp_ext.utils.config.default_work_dir`, which
+the diagnosis (:mod:`mmddp_ext.diagnose.program`) uses too.
 """
 import argparse
 import os
-import os.path as osp
-from typing import Any, List, Optional
+from typing import List, Optional
 
 from mmengine.config import DictAction
+
+from ..utils.config import default_work_dir  # noqa: F401  (the flags' work dir)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,13 +69,3 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     if args.local_rank is not None and 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = str(args.local_rank)
     return args
-
-
-def default_work_dir(args: argparse.Namespace, cfg: Optional[Any] = None) -> str:
-    """``--work-dir``, else the config's ``work_dir``, else ``./work_dirs/<config name>``
-    (MMPose's rule)."""
-    if args.work_dir:
-        return args.work_dir
-    if cfg is not None and cfg.get('work_dir'):
-        return cfg.work_dir
-    return osp.join('./work_dirs', osp.splitext(osp.basename(args.config.split('::')[-1]))[0])

@@ -6,8 +6,9 @@ MMEngine resolves ``pkg::path`` (in ``_base_`` lists) only for packages in its h
 before the config is parsed, which our tools guarantee. Other entry points (for example MMPose's
 own ``tools/train.py``) can inherit our base config by a relative path instead.
 """
+import argparse
 import os.path as osp
-from typing import Optional
+from typing import Any, Optional
 
 from mmengine.config import Config
 from mmengine.config.utils import (MODULE2PACKAGE, _get_external_cfg_base_path,
@@ -62,3 +63,13 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     return cfg
+
+
+def default_work_dir(args: argparse.Namespace, cfg: Optional[Any] = None) -> str:
+    """``--work-dir``, else the config's ``work_dir``, else ``./work_dirs/<config name>``
+    (MMPose's rule)."""
+    if args.work_dir:
+        return args.work_dir
+    if cfg is not None and cfg.get('work_dir'):
+        return cfg.work_dir
+    return osp.join('./work_dirs', osp.splitext(osp.basename(args.config.split('::')[-1]))[0])

@@ -64,12 +64,6 @@ def test_failure_records_are_written_atomically(tmp_path):
     ]  # no temporary file left behind
 
 
-def test_a_missing_work_dir_is_an_error(tmp_path, capsys):
-    from mmddp_ext.entry.diagnose import main
-    assert main([str(tmp_path / 'nowhere')]) == 2
-    assert 'does not exist' in capsys.readouterr().err
-
-
 def test_the_rank_that_lost_its_peer_is_not_blamed(tmp_path):
     records = [
         dict(rank=0, time=1.0, exc_type='RuntimeError',

@@ -5,17 +5,29 @@ import os.path as osp
 import sys
 from typing import List, Optional
 
-from ..diagnose import summary
+from mmengine.config import DictAction
+
+from ..utils.config import default_work_dir, load_config
+from . import summary
+
+
+def _work_dir_flags() -> argparse.ArgumentParser:
+    """The three flags of ``tools/dist_train.py`` that decide its work dir, by the same names
+    (the config first, as ``dist_train.sh`` passes it); the others are passed over.
+    ``tests/diagnose/test_program.py`` keeps the work dir equal to the training entry's."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument('config')
+    p.add_argument('--work-dir', '--work_dir')
+    p.add_argument('--cfg-options', '--cfg_options', nargs='+', action=DictAction)
+    return p
 
 
 def work_dir_from_train_args(argv: List[str]) -> str:
     """The work dir ``dist_train.py ARGV`` uses (``--work-dir``, the config's, or the default)."""
-    from .cli import build_parser, default_work_dir
-    args, _ = build_parser().parse_known_args(argv)
+    args, _ = _work_dir_flags().parse_known_args(argv)
     if args.work_dir:
         return args.work_dir
     try:
-        from ..utils.config import load_config
         return default_work_dir(args, load_config(args.config, args.cfg_options))
     except Exception:  # the training run has already said what is wrong with the config
         return default_work_dir(args)
