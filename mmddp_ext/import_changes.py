@@ -10,6 +10,10 @@ listed: it adds names, and changes nothing a config without them builds.
 """
 from typing import Callable, NamedTuple, Tuple
 
+from .checkpoint import register_safe_loader
+from .runner.runner_type import honour_runner_type
+from .utils.config import register_config_scope
+
 
 class ImportChange(NamedTuple):
     """One change: what it touches, why it must happen at import, and the function doing it."""
@@ -20,17 +24,14 @@ class ImportChange(NamedTuple):
 
 
 def _config_scope() -> None:
-    from .utils.config import register_config_scope
     register_config_scope()
 
 
 def _safe_loader() -> None:
-    from .checkpoint import register_safe_loader
     register_safe_loader()
 
 
 def _runner_type() -> None:
-    from .runner.runner_type import honour_runner_type
     honour_runner_type()
 
 

@@ -8,6 +8,9 @@ import socket
 from importlib import metadata
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from mmengine.dist import all_gather_object, barrier
+from mmengine.model import is_model_wrapper
+
 from .compare import (PACKAGES, RanksDisagreeError, canonical, disagreements, format_screen,
                       rank_summary, short_message)
 
@@ -25,7 +28,6 @@ def versions(packages: Sequence[str] = PACKAGES) -> Dict[str, Optional[str]]:
 
 def parameter_shapes(model: Any) -> List[Tuple[str, Tuple[int, ...]]]:
     """``(name, shape)`` of every parameter of the model inside any wrapper, in order."""
-    from mmengine.model import is_model_wrapper
     inner = model.module if is_model_wrapper(model) else model
     return [(name, tuple(p.shape)) for name, p in inner.named_parameters()]
 
@@ -49,7 +51,6 @@ def agree_or_stop(summary: Mapping[str, Any], params: Sequence, rank: int,
     All ranks must call this: one ``all_gather_object`` of the summaries; only when they differ,
     a second one of the parameter lists (if the parameters differ) and a barrier.
     """
-    from mmengine.dist import all_gather_object, barrier
     summaries = all_gather_object(dict(summary))
     found = disagreements(summaries)
     if not found:

@@ -10,6 +10,8 @@ import os
 from datetime import timedelta
 from typing import List, Optional, Tuple
 
+import torch.distributed as dist
+
 from ..gpu import gpus
 from ..launcher.env import DistEnv, choose_backend
 from ..launcher.layout import read_launch_env
@@ -50,7 +52,6 @@ def init_distributed(env: DistEnv, backend: Optional[str] = None,
     Returns:
         (backend used, warning or None).
     """
-    import torch.distributed as dist
     os.environ.update(env.as_environ())  # MMEngine and samplers read these
     pin_device(env.local_rank)
     if is_loopback(env.master_addr or ''):  # all ranks on this host: gloo/NCCL on loopback too
@@ -89,7 +90,6 @@ def ensure_process_group(launcher: str, dist_cfg: Optional[dict] = None,
     Returns:
         Lines for the log (the backend, a warning about it), empty when nothing was done.
     """
-    import torch.distributed as dist
     if launcher == 'none' or (dist.is_available() and dist.is_initialized()):
         return []
     dist_cfg = dist_cfg or {}
@@ -103,7 +103,6 @@ def shutdown() -> None:
 
     All ranks must call this (it is a no-op when no process group exists).
     """
-    import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
         try:
             dist.barrier()

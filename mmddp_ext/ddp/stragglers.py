@@ -220,7 +220,7 @@ def plot_speed(history: Sequence[Sequence[Mapping[str, Any]]], path: str) -> Opt
                     (s['iter'], s['iter_time_s'] * 1000, s['data_time_s'] * 1000))
     if not points:
         return None
-    import matplotlib
+    import matplotlib  # here: a plot is drawn once a run, and matplotlib is slow to import
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4))

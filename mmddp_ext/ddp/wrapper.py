@@ -4,6 +4,12 @@ import inspect
 import logging
 from typing import Any, Optional, Tuple
 
+import torch
+from mmengine.logging import print_log
+from mmengine.model import convert_sync_batchnorm, revert_sync_batchnorm
+from mmengine.registry import MODEL_WRAPPERS
+from torch.nn.parallel import DistributedDataParallel
+
 from ..errors import ScalingError
 from ..gpu import gpus
 
@@ -16,7 +22,6 @@ def buffer_sync_key() -> str:
     """The keyword of torch's ``DistributedDataParallel`` that turns off syncing buffers at
     every forward: ``forward_sync_buffers`` since torch 2.13 (``broadcast_buffers`` is
     deprecated there, with a FutureWarning), ``broadcast_buffers`` before."""
-    from torch.nn.parallel import DistributedDataParallel
     params = inspect.signature(DistributedDataParallel.__init__).parameters
     return 'forward_sync_buffers' if 'forward_sync_buffers' in params else 'broadcast_buffers'
 
@@ -78,7 +83,6 @@ def model_wrapper_for(cfg: Any, distributed: bool, on_oom: str = 'raise',
     """
     own_type = (cfg.get('model_wrapper_cfg') or {}).get('type', 'MMDistributedDataParallel')
     if guard_by_default and on_oom == 'microbatch' and own_type not in DDP_TYPES:
-        from mmengine.logging import print_log
         print_log(
             f"[mmddp_ext] model_wrapper_cfg.type={own_type!r}: the batch the finder "
             'picks is not guarded against running out of memory during training', logger='current',
@@ -92,10 +96,9 @@ def model_wrapper_for(cfg: Any, distributed: bool, on_oom: str = 'raise',
 def sync_bn_layers(model: Any) -> int:
     """How many SyncBN layers (torch's ``nn.SyncBatchNorm``, mmcv's ``SyncBatchNorm``) the
     model has."""
-    import torch
     kinds = [torch.nn.SyncBatchNorm]
     try:
-        from mmcv.ops import SyncBatchNorm as MMCVSyncBN
+        from mmcv.ops import SyncBatchNorm as MMCVSyncBN  # here: mmcv's compiled ops are optional
         kinds.append(MMCVSyncBN)
     except ImportError:
         pass
@@ -110,8 +113,6 @@ def batchnorm_for_cpu(model: Any) -> Any:
     count = sync_bn_layers(model)
     if not count:
         return model
-    from mmengine.logging import print_log
-    from mmengine.model import revert_sync_batchnorm
     print_log(
         f'[mmddp_ext] training on CPUs: {count} SyncBN layer(s) converted to BatchNorm '
         '(SyncBN needs CUDA; statistics are per process, as in a single process); on GPUs '
@@ -133,8 +134,6 @@ def with_rank_device(wrapper: Optional[dict]) -> Tuple[Optional[dict], Optional[
     """
     if wrapper is None or wrapper.get('device_ids') is not None or not gpus().available():
         return wrapper, None
-    from mmengine.registry import MODEL_WRAPPERS
-    from torch.nn.parallel import DistributedDataParallel
     kind = MODEL_WRAPPERS.get(wrapper.get('type', 'MMDistributedDataParallel'))
     if not (isinstance(kind, type) and issubclass(kind, DistributedDataParallel)):
         return wrapper, None
@@ -161,12 +160,10 @@ def sync_bn_for_rank(model: Any, sync_bn: Optional[str]) -> Tuple[Any, Optional[
         return model, None if sync_bn is None else (
             f'training on CPUs: sync_bn={sync_bn!r} ignored (SyncBN needs CUDA)')
     if sync_bn is not None:
-        from mmengine.model import convert_sync_batchnorm
         model = convert_sync_batchnorm(model, sync_bn)
     count = sync_bn_layers(model)
     if not count:
         return model, None
-    from mmengine.model import revert_sync_batchnorm
     return revert_sync_batchnorm(model), gpus().replaced('SyncBN', f'{count} layer(s) kept',
                                                          'BatchNorm')
 

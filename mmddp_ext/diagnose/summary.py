@@ -13,6 +13,8 @@ import os.path as osp
 import re
 from typing import Dict, List, Optional
 
+from ..oom.advice import oom_advice
+from ..oom.classify import is_oom
 from ..utils.io import atomic_write_text
 from ..utils.ranks import group_ranks, ranks_text
 from ..utils.units import format_mib
@@ -372,8 +374,6 @@ def keep_launch_report(work_dir: str, path: str) -> List[Dict]:
 
 def _memory_lines(record: Dict) -> List[str]:
     """Memory numbers and, for an out-of-memory error, the batch that fits."""
-    from ..oom.advice import oom_advice
-    from ..oom.classify import is_oom
     lines = []
     now = (record.get('memory') or {}).get('now') or {}
     if now:

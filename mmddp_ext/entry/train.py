@@ -6,12 +6,17 @@ and :func:`mmddp_ext.launch` runs the same :func:`main` in its workers; the flag
 """
 import argparse
 import faulthandler
+import inspect
 import logging
 import os
 import sys
 from typing import List, Optional
 
+import torch
 from mmengine.config import Config
+from mmengine.logging import print_log
+from mmengine.registry import RUNNERS
+from mmengine.runner import Runner
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler, record
 
 from ..checkpoint import UNSAFE_ENV
@@ -20,9 +25,15 @@ from ..ddp.wrapper import ddp_param_names, model_wrapper_for
 from ..diagnose.records import clear_failure, note_work_dir, record_failure, stderr_path
 from ..diagnose.stderr_copy import keep_stderr
 from ..errors import UserError
-from ..hooks.preemption_hook import STOPPED_EXIT_CODE, TrainingStopped
+from ..gpu import gpus
+from ..hooks.memory_hook import RankMemoryHook
+from ..hooks.preemption_hook import STOPPED_EXIT_CODE, PreemptionHook, TrainingStopped
 from ..launcher.env import DistEnv, read_dist_env, threads_per_process
 from ..launcher.layout import read_launch_env
+from ..memory.budget import held_bytes
+from ..memory.forecast import parse_size
+from ..memory.stats import MemoryReader
+from ..runner.ddp_runner import applies_plan, runner_class
 from ..runner.teardown import let_go_of_loaders
 from ..scaling.apply import CheckedScaling, check_scaling
 from ..utils.checks import did_you_mean
@@ -31,6 +42,8 @@ from ..utils.mmcv_ops import missing_gpu_ops
 from ..utils.process_state import owns_process, restore, snapshot
 from ..utils.start_up import release_run, settle_start_up
 from .cli import build_parser, default_work_dir, parse_args  # noqa: F401  (the entry's API)
+from .explain import explain, render
+from .forecast import forecast_memory
 
 
 def build_config(args: argparse.Namespace, env: Optional[DistEnv] = None) -> Config:
@@ -57,7 +70,6 @@ def build_config(args: argparse.Namespace, env: Optional[DistEnv] = None) -> Con
 def check_runner_type(cfg: Config) -> None:
     """One-line errors for an unknown ``runner_type`` and for a ``scaling`` block that the
     chosen runner would silently ignore."""
-    from mmengine.registry import RUNNERS
     runner_type = cfg.get('runner_type')
     if runner_type is not None and RUNNERS.get(runner_type) is None:
         known = sorted(RUNNERS.module_dict)
@@ -65,7 +77,6 @@ def check_runner_type(cfg: Config) -> None:
                         did_you_mean(runner_type, known) +
                         f'; known: {", ".join(known)}. A custom runner needs its module in '
                         'custom_imports')
-    from ..runner.ddp_runner import applies_plan
     if cfg.get('scaling') is not None and not applies_plan(runner_type):
         raise UserError(f'the config sets `scaling` but runner_type is {runner_type!r}, which '
                         "ignores it: set runner_type='DDPRunner' (or inherit "
@@ -77,7 +88,6 @@ def check_config(cfg: Config, world_size: int, distributed: bool) -> Optional[Ch
     a bad ``runner_type``, a ``scaling`` block the runner ignores, a bad ``scaling`` block,
     settings this machine cannot honour. Returns the checked block and its plan when the
     runner plans (for :func:`build_runner`, which then does not parse or plan again)."""
-    from ..runner.ddp_runner import applies_plan
     check_runner_type(cfg)
     if applies_plan(cfg.get('runner_type')):
         return check_scaling(cfg, world_size, _visible_gpus() > 0, distributed)
@@ -88,12 +98,7 @@ def build_runner(cfg: Config, checked: Optional[CheckedScaling] = None):
     """``RUNNERS.build`` when the config names a ``runner_type`` (MMPose ignores it), else the
     stock ``Runner.from_cfg``; a runner that plans gets what :func:`check_config` checked
     (when its ``from_cfg`` takes ``checked``, as :class:`~mmddp_ext.runner.DDPRunner`'s does)."""
-    import inspect
 
-    from mmengine.registry import RUNNERS
-    from mmengine.runner import Runner
-
-    from ..runner.ddp_runner import runner_class
     if 'runner_type' not in cfg:
         return Runner.from_cfg(cfg)
     cls = runner_class(cfg.runner_type)
@@ -105,8 +110,6 @@ def build_runner(cfg: Config, checked: Optional[CheckedScaling] = None):
 def failure_context(runner, env: DistEnv, cfg: Optional[Config] = None) -> dict:
     """What a failure record holds besides the exception: plan, memory, wrapper settings,
     the memory budget, and what ``on_oom='microbatch'`` measured."""
-    from ..hooks.memory_hook import RankMemoryHook
-    from ..memory.stats import MemoryReader
     out = {'world_size': env.world_size}
     cfg = runner.cfg if runner is not None else cfg
     if cfg is not None and isinstance(cfg.get('scaling'), dict):
@@ -116,9 +119,7 @@ def failure_context(runner, env: DistEnv, cfg: Optional[Config] = None) -> dict:
         out['oom_at_batch'] = model.failed_micro_batch
     baseline = getattr(runner, 'trial_baseline', None)
     if baseline is not None:  # re-measured now: what training holds beyond the finder's trials
-        import torch
 
-        from ..memory.budget import held_bytes
         out['finder'] = dict(max_batch=baseline.max_batch, reserve=baseline.reserve_bytes,
                              extra=held_bytes(torch.device(baseline.device)) - baseline.held_bytes)
     plan = getattr(runner, 'scaling_plan', None)
@@ -141,25 +142,21 @@ def failure_context(runner, env: DistEnv, cfg: Optional[Config] = None) -> dict:
 
 
 def _visible_gpus() -> int:
-    from ..gpu import gpus
     return gpus().count()
 
 
 def _tensors_on_gpu() -> bool:
-    from ..gpu import gpus
     return gpus().tensors_on_gpu()
 
 
 def stopped(runner) -> Optional[dict]:
     """What the runner's :class:`~mmddp_ext.hooks.PreemptionHook` did when a signal stopped
     the run (signal, iteration, checkpoint, requeued), else None."""
-    from ..hooks.preemption_hook import PreemptionHook
     hook = next((h for h in getattr(runner, 'hooks', []) if isinstance(h, PreemptionHook)), None)
     return hook.stopped if hook is not None else None
 
 
 def _train(args: argparse.Namespace, env: DistEnv) -> int:
-    from mmengine.logging import print_log
     work_dir = default_work_dir(args)
     runner = cfg = None
     try:
@@ -173,13 +170,11 @@ def _train(args: argparse.Namespace, env: DistEnv) -> int:
         notes = [env.describe(), *env.warnings]
         threads = threads_per_process(os.environ, env.local_world_size, os.cpu_count())
         if env.distributed and threads is not None:
-            import torch
             os.environ['OMP_NUM_THREADS'] = str(threads)  # for processes started later
             torch.set_num_threads(threads)
             notes.append(f'threads per process: {threads} ({os.cpu_count()} cores shared by '
                          f'{env.local_world_size} processes on this node; OMP_NUM_THREADS '
                          f'was not set; set it to choose)')
-        from ..runner.ddp_runner import applies_plan
         if env.distributed and not applies_plan(cfg.get('runner_type')):
             # a stock runner: the lean DDP wrapper (DDPRunner decides its own in from_cfg)
             cfg.model_wrapper_cfg = model_wrapper_for(cfg, True)
@@ -212,14 +207,11 @@ def _train(args: argparse.Namespace, env: DistEnv) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from .explain import explain, render
-    from .forecast import forecast_memory
     env = read_dist_env(os.environ, args.launcher, num_gpus=0)  # no GPU is touched
     world = args.world_size if args.world_size is not None else env.world_size
     if world < 1:
         raise UserError(f'--world-size={world} must be at least 1')
     if args.device_memory is not None:
-        from ..memory.forecast import parse_size
         parse_size(args.device_memory)  # a bad value fails before anything is measured
     cfg = build_config(args)
     checked = check_config(cfg, world, world > 1)

@@ -14,6 +14,8 @@ Indices are torch's (after ``CUDA_VISIBLE_DEVICES``) except where a name says ``
 import os
 from typing import Optional, Protocol, Sequence, Tuple
 
+import torch
+
 FAKE_ENV = 'MMDDP_FAKE_GPUS'
 
 ProcessRow = Tuple[int, Optional[int]]  # (pid, used bytes, None where NVML does not say)
@@ -95,7 +97,7 @@ def gpus() -> Gpus:
     global _active
     if _active is None:
         folder = os.environ.get(FAKE_ENV)
-        if folder:
+        if folder:  # here: the two import this module's names, and only one is used
             from .fake import FakeGpus
             _active = FakeGpus(folder)
         else:
@@ -153,7 +155,6 @@ def _visible_entry(entry: str, whole: str) -> int:
 def rank_device():
     """This rank's device for memory: ``cuda:N`` (its current GPU, real or fake), else
     ``cpu``."""
-    import torch
     g = gpus()
     return torch.device('cuda', g.current()) if g.available() else torch.device('cpu')
 

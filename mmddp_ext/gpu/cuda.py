@@ -67,7 +67,7 @@ class CudaGpus:
 
     def nvml_available(self) -> bool:
         try:
-            import pynvml
+            import pynvml  # here: optional (nvidia-ml-py), and absent on a CPU host
             pynvml.nvmlInit()
             pynvml.nvmlShutdown()
         except Exception:  # noqa: BLE001 - any failure means "not available"

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import torch
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
+from mmengine.optim import AmpOptimWrapper, OptimWrapperDict
 from mmengine.registry import HOOKS
 
 from ..utils.checks import did_you_mean
@@ -132,7 +133,6 @@ class FiniteLossHook(Hook):
         optimizer(s) of ``runner.optim_wrapper`` that drops a step with non-finite gradients."""
         if self.action != 'skip':
             return
-        from mmengine.optim import AmpOptimWrapper, OptimWrapperDict
         wrapper = runner.optim_wrapper
         wrappers = list(wrapper.values()) if isinstance(wrapper, OptimWrapperDict) else [wrapper]
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model

@@ -16,6 +16,7 @@ from mmengine.registry import HOOKS
 from ..ddp.stragglers import (IterationClock, StragglerWatch, check_factor, check_patience,
                               plot_speed)
 from ..gpu import physical, rank_device
+from ..memory.nvml import NvmlProcessTableReader
 from ..memory.stats import MemoryReader, MemorySample
 from ..memory.stray import DeviceTable, GpuProcess, RankIdentity, find_stray
 from ..utils.checks import positive_int
@@ -114,7 +115,6 @@ class RankMemoryHook(Hook):
         self.out_dir = osp.join(runner.log_dir, 'memory')
         os.makedirs(self.out_dir, exist_ok=True)
         if self.stray_check and self.reader.is_cuda:
-            from ..memory.nvml import NvmlProcessTableReader
             self._nvml = NvmlProcessTableReader() if NvmlProcessTableReader.available() else None
 
     def before_train(self, runner) -> None:
@@ -212,7 +212,7 @@ class RankMemoryHook(Hook):
 
 def plot_history(history: List[List[Dict]], path: str) -> str:
     """Per-rank peak (peak allocated on GPUs, peak RSS on CPUs) over iterations, as a PNG."""
-    import matplotlib
+    import matplotlib  # here: a plot is drawn once a run, and matplotlib is slow to import
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     cpu = history[0][0]['device'] == 'cpu'

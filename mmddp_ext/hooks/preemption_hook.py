@@ -5,6 +5,7 @@ rank, saves one checkpoint and ends with exit code 75 ("stopped, not failed"); u
 Added by :class:`~mmddp_ext.runner.DDPRunner` as the default hook ``preemption``. The story, with
 what the user sees, is in docs/launching.md ("Stopping and continuing").
 """
+import ctypes
 import os
 import os.path as osp
 import signal
@@ -12,6 +13,8 @@ import threading
 import time
 from typing import Any, Dict, Optional, Sequence
 
+import torch
+import torch.distributed as dist
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
@@ -35,7 +38,6 @@ def die_of(signum: int) -> None:
     """End this process by ``signum`` with the default action, from any thread (the C-level
     disposition is reset: Python's ``signal.signal`` works in the main thread only)."""
     try:
-        import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
         libc.signal.argtypes, libc.signal.restype = [ctypes.c_int, ctypes.c_void_p], ctypes.c_void_p
         libc.signal(signum, 0)  # SIG_DFL
@@ -162,7 +164,6 @@ class PreemptionHook(Hook):
         self._active = True
 
     def before_train(self, runner) -> None:
-        import torch.distributed as dist
         self._distributed = dist.is_available() and dist.is_initialized()
         if self._distributed:
             # the flag stays on the CPU. On gloo the default group serves: every rank queues
@@ -180,8 +181,6 @@ class PreemptionHook(Hook):
     def _start_agreement(self) -> None:
         """Start adding up, over ranks, whether each received a stop signal. All ranks must
         call this, at the same iterations."""
-        import torch
-        import torch.distributed as dist
         flag = torch.tensor([int(self.received is not None)], dtype=torch.int32)
         start = time.perf_counter()
         self._pending = (flag, dist.all_reduce(flag, group=self._group, async_op=True))
@@ -241,7 +240,6 @@ class PreemptionHook(Hook):
         """Save ``iter_N.pth`` (MMEngine writes on rank 0), point ``last_checkpoint`` at it, say
         what happened and, in a requeue-able Slurm batch job, requeue it (rank 0). All ranks
         must call this."""
-        import torch.distributed as dist
         name = f'iter_{iteration}.pth'
         path = osp.join(runner.work_dir, name)
         runner.save_checkpoint(runner.work_dir, name, by_epoch=False,

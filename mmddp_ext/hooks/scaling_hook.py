@@ -4,6 +4,8 @@ of the per-device batch during training."""
 import math
 from typing import List, Sequence, Tuple
 
+import torch
+from mmengine.dist import all_gather
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
@@ -100,8 +102,6 @@ class ScalingHook(Hook):
         if (runner.iter + 1) < plan.accumulative_counts:
             return  # the optimizer has not stepped yet: its state is not allocated
         self._checked = True
-        import torch
-        from mmengine.dist import all_gather
         extra = held_bytes(torch.device(baseline.device)) - baseline.held_bytes
         mine = torch.tensor([extra, baseline.reserve_bytes], dtype=torch.int64)
         gathered = [t.tolist() for t in all_gather(mine)]

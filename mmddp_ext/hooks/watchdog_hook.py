@@ -9,6 +9,7 @@ import time
 from collections import deque
 from typing import Any, Deque, Dict, Optional, Sequence
 
+import psutil
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
@@ -218,7 +219,6 @@ class HangWatchdogHook(Hook):
         self.state['time'] = time.time()
         try:
             if self._process is None:
-                import psutil
                 self._process = psutil.Process()
             self.state['rss'] = self._process.memory_info().rss
         except Exception:  # progress must never stop training

@@ -1,7 +1,10 @@
 """``launch_workers``: the elastic agent running a given function on N local processes
 (``mmddp_ext.launch`` hands it the training entry), as torchrun would."""
 import os
+import uuid
 from typing import Any, Callable, Optional, Sequence
+
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from ..utils.checks import positive_int
 from ..utils.process_state import restore, snapshot
@@ -38,9 +41,7 @@ def launch_workers(main_func: Callable[..., Any], argv: Sequence[str] = (), npro
     Returns:
         ``{rank: return value}`` of the local workers.
     """
-    import uuid
 
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
     positive_int('nproc_per_node', nproc_per_node, 'a positive integer')
     if nnodes > 1 and master_port is None:
         raise ValueError(f'nnodes={nnodes} needs an explicit master_port shared by all nodes')

@@ -1,16 +1,19 @@
 """The rendezvous checks shared by the torchrun front (:mod:`.run_front`) and by ranks started
-by hand or by Slurm (:mod:`.launch`): ports (free, held by whom, bound once), the loopback
+by hand or by Slurm (:mod:`.store`): ports (free, held by whom, bound once), the loopback
 store and interfaces of a one-host job, the wait for a master with progress lines, and the
-timeouts read from the environment. Standard library only (torch and psutil imported where
-used), so the front can load it without the package. docs/launching.md says what each check
-reports.
+timeouts read from the environment. Standard library and psutil only (torch imported where a
+store is made), so the front can load it without the package. docs/launching.md says what
+each check reports.
 """
 import ipaddress
 import math
 import socket
 import sys
 import time
+from datetime import timedelta
 from typing import Callable, Mapping, MutableMapping, Optional, TypeVar
+
+import psutil
 
 T = TypeVar('T')
 
@@ -51,9 +54,8 @@ def is_loopback(host: str) -> bool:
 def loopback_ifname() -> Optional[str]:
     """The name of the interface that holds 127.0.0.1 ("lo" on Linux), or None."""
     try:
-        import psutil
         interfaces = psutil.net_if_addrs()
-    except Exception:  # psutil missing or the host hides its interfaces
+    except Exception:  # the host hides its interfaces
         return None
     ranked = sorted((addr.address != '127.0.0.1', name) for name, addrs in interfaces.items()
                     for addr in addrs
@@ -117,7 +119,6 @@ def port_holder(port: int) -> Optional[str]:
     """``"127.0.0.1:29555 by pid 1234 (python: python -m http.server 29555)"``: who listens on
     ``port`` on this host, as far as this user can see; None when nobody visible does."""
     try:
-        import psutil
         conns = [
             c for c in psutil.net_connections('inet')
             if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
@@ -210,9 +211,7 @@ def loopback_store(host: str, port: int, timeout: float):
     """
     sock = listen_on(host, port)  # first: a port in use is reported before torch loads
     port = sock.getsockname()[1]
-    from datetime import timedelta
-
-    import torch.distributed as dist
+    import torch.distributed as dist  # here: the front checks ports before torch loads
 
     # the store owns (and closes) the listening socket from here on
     store = dist.TCPStore(host, port, 1, True, timedelta(seconds=timeout), wait_for_workers=False,

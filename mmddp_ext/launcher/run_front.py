@@ -13,10 +13,13 @@ import importlib.util
 import json
 import math
 import os
+import signal
 import socket
 import sys
 import threading
 from typing import List, Optional, Sequence, Tuple
+
+import psutil
 
 
 def _sibling(name: str, relative: str):
@@ -60,7 +63,6 @@ def failure_records(failures: dict) -> List[dict]:
     The agent inserts failures in the order it saw them (the ranks it stopped itself come
     last), and whole seconds often tie, so the sort by time keeps that order for ties.
     """
-    import signal
     host = socket.gethostname()
     records = []
     for rank, f in sorted(failures.items(), key=lambda item: item[1].timestamp):
@@ -91,7 +93,6 @@ def write_report(path: str, records: Sequence[dict]) -> None:
 def _workers_started() -> bool:
     """The rendezvous is over once the agent (this process) has started its workers."""
     try:
-        import psutil
         return bool(psutil.Process().children())
     except Exception:
         return True  # cannot tell: stay quiet
@@ -104,11 +105,9 @@ def forward_stop_signals() -> dict:
     exit with STOPPED at once (:data:`STOP_REQUESTED_ENV`). Before a worker exists the signal
     ends this process as it would without the handler. Returns a dict that gets ``signal``
     (the first one's name)."""
-    import signal
     received: dict = {}
 
     def forward(signum: int, frame) -> None:
-        import psutil
         workers = psutil.Process().children()
         if not workers:
             signal.signal(signum, signal.SIG_DFL)
@@ -130,7 +129,7 @@ def forward_stop_signals() -> dict:
 def _signal_args() -> List[str]:
     """torchrun's signals less the stop signals, where this torch has ``--signals-to-handle``
     (an older torchrun takes SIGTERM over once it starts its workers)."""
-    from torch.distributed.launcher.api import LaunchConfig
+    from torch.distributed.launcher.api import LaunchConfig  # torch: after the front's checks
     if 'signals_to_handle' not in getattr(LaunchConfig, '__dataclass_fields__', {}):
         return []
     return [f'--signals-to-handle={TORCHRUN_SIGNALS}']
@@ -239,6 +238,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log(f'error: {e}')
         return NOTHING_STARTED
     gc.disable()  # while torch is imported, as in tools/dist_train.py (utils/start_up.py)
+    # torch here, after the checks: a wrong port or address is reported before it loads
     import torch.distributed as dist
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run  # not main: its @record adds a log line
@@ -293,7 +293,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 if __name__ == '__main__':
     # dist_train.sh starts this front in the background, to forward stop signals to it, and
     # bash then starts it with SIGINT ignored: Ctrl-C reaches it again (and its workers)
-    import signal
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.exit(main())

@@ -8,6 +8,8 @@ import os
 from datetime import timedelta
 from typing import Optional
 
+import torch.distributed as dist
+
 from .env import DistEnv, DistEnvError
 from .rendezvous import (DEFAULT_LOG_EVERY, DEFAULT_TIMEOUT, LOG_EVERY_ENV, TIMEOUT_ENV,
                          is_loopback, listen_on, port_free, port_in_use_message, seconds_from_env,
@@ -40,7 +42,6 @@ def check_port_free(port: int) -> None:
 def open_store(env: DistEnv, timeout: float):
     """Rank 0: host the TCP store (on 127.0.0.1 only when MASTER_ADDR is a loopback address).
     Other ranks: wait for it (saying so every MMDDP_RENDEZVOUS_LOG_EVERY seconds), then join."""
-    import torch.distributed as dist
     where = f'MASTER_ADDR={env.master_addr} MASTER_PORT={env.master_port}'
     kwargs = dict(timeout=timedelta(seconds=timeout), wait_for_workers=False)
     if env.rank == 0 and is_loopback(env.master_addr):
@@ -114,7 +115,6 @@ def agent_store(env: DistEnv):
     per-attempt prefix, so restarted workers would read the dead workers' gloo addresses
     ("Connection refused"). Keys of attempt N live under ``mmddp_ext/attempt_N/``.
     """
-    import torch.distributed as dist
     store = dist.TCPStore(env.master_addr, env.master_port, env.world_size, is_master=False,
                           timeout=timedelta(seconds=rendezvous_timeout()))
     attempt = os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')

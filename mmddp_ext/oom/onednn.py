@@ -10,6 +10,8 @@ first such failure. GPUs are not concerned (cuDNN).
 import logging
 from typing import Optional
 
+import torch
+
 from ..utils.log import log_line
 from .classify import exception_chain
 
@@ -26,7 +28,6 @@ def turn_off_onednn_after(exc: Optional[BaseException]) -> bool:
     Returns:
         Whether oneDNN was turned off now (False: it was not the cause, or it is off already).
     """
-    import torch
 
     failed_in_onednn = any(PRIMITIVE_FAILURE in str(e) for e in exception_chain(exc))
     if not failed_in_onednn or not torch.backends.mkldnn.enabled:

@@ -14,6 +14,7 @@ import os.path as osp
 import shutil
 from typing import Any, Optional, Tuple
 
+import torch.distributed as dist
 from mmengine.dist import is_main_process
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
@@ -21,6 +22,7 @@ from mmengine.registry import MODEL_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
 from ..agreement.collective import agree_or_stop, view_of
+from ..batch_finder.finder import find_max_batch
 from ..checkpoint import (DISK_FULL, disk_full_error, finite_checkpoint_type, from_plain,
                           previous_checkpoint, refuse_nonfinite, to_plain)
 from ..ddp.process_group import ensure_process_group
@@ -58,7 +60,6 @@ def _read_layout(launcher: str) -> Tuple[int, int]:
     (``LOCAL_RANK``, which we set when we start one), else from the one reader of the
     launcher's variables (:func:`~mmddp_ext.launcher.layout.read_launch_env`), whose reading
     the process group's start then uses."""
-    import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(), int(os.environ.get('LOCAL_RANK', 0))
     env = read_launch_env(launcher)
@@ -103,7 +104,6 @@ def _measure(cfg: Any, checked: CheckedScaling,
         if budget is not None:  # the finder says it in its own first line
             log_line(f'memory budget: {budget.how}', rank0_only=True)
         return None, None, None
-    from ..batch_finder.finder import find_max_batch
 
     # the samples per rank per step: what a per-device batch can be at most, whatever the cap
     upper = checked.plan.per_device_batch_size * checked.plan.accumulative_counts

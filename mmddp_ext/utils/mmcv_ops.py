@@ -16,7 +16,7 @@ FIX = ('rebuild mmcv with CUDA ops: put the CUDA toolkit on PATH (nvcc), pip uni
 def ops_for_cpu_only() -> bool:
     """True when mmcv's compiled ops are installed and were built without CUDA."""
     try:
-        from mmcv.ops import get_compiling_cuda_version
+        from mmcv.ops import get_compiling_cuda_version  # here: compiled ops are optional
     except ImportError:  # no compiled ops at all: the import of the model says so itself
         return False
     return get_compiling_cuda_version() == 'not available'

@@ -20,6 +20,8 @@ import resource
 import warnings
 from typing import Any, Dict, Optional
 
+import torch
+
 _OWNED = False
 
 
@@ -38,7 +40,6 @@ def snapshot() -> Optional[Dict[str, Any]]:
     """What :func:`restore` puts back; None where we own the process (nothing to put back)."""
     if _OWNED:
         return None
-    import torch
     filters = warnings.catch_warnings()  # public save and restore of the warning filters
     filters.__enter__()
     return dict(gc=gc.isenabled(), environ=dict(os.environ),
@@ -51,7 +52,6 @@ def restore(state: Optional[Dict[str, Any]]) -> None:
     if state is None or state.get('restored'):
         return
     state['restored'] = True
-    import torch
     state['filters'].__exit__(None, None, None)
     for name in set(os.environ) - set(state['environ']):
         del os.environ[name]
