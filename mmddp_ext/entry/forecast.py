@@ -5,8 +5,7 @@
 import os
 from typing import Any, List, Optional, Tuple
 
-from ..batch_finder.finder import reserve_bytes
-from ..batch_finder.trials import measure_steps
+from ..batch_finder.trials import measure_steps, reserve_bytes
 from ..ddp.wrapper import ddp_wrapper_cfg
 from ..gpu import gpus, physical, rank_device
 from ..memory.budget import Budget

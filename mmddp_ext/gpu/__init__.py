@@ -14,8 +14,6 @@ Indices are torch's (after ``CUDA_VISIBLE_DEVICES``) except where a name says ``
 import os
 from typing import Optional, Protocol, Sequence, Tuple
 
-import torch
-
 FAKE_ENV = 'MMDDP_FAKE_GPUS'
 
 ProcessRow = Tuple[int, Optional[int]]  # (pid, used bytes, None where NVML does not say)
@@ -155,6 +153,7 @@ def _visible_entry(entry: str, whole: str) -> int:
 def rank_device():
     """This rank's device for memory: ``cuda:N`` (its current GPU, real or fake), else
     ``cpu``."""
+    import torch  # here: the memory readers import this seam and must not load torch
     g = gpus()
     return torch.device('cuda', g.current()) if g.available() else torch.device('cpu')
 

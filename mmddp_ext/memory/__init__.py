@@ -2,8 +2,8 @@
 
 Readers (:mod:`.stats`: host and device memory per rank; :mod:`.nvml`: NVML's process tables,
 ``pynvml`` imported only when a live reader is used), the pure comparisons and rules
-(:mod:`.stray`: memory held by the wrong process; :mod:`.oom`: what is an out-of-memory error
-and what fits instead; :mod:`.forecast`: the fit behind ``--explain --memory``) and
+(:mod:`.stray`: memory held by the wrong process; :mod:`.forecast`: the fit behind ``--explain
+--memory``) and
 :mod:`.budget` (``scaling.memory_budget_mib``). docs/memory.md shows them at work.
 """
 from .nvml import (NvmlProcessTableReader, ProcessTableReader, RecordedProcessTableReader,

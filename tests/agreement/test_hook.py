@@ -77,8 +77,9 @@ def test_agree_or_stop_raises_on_every_rank_with_the_screen_on_rank_0():
     """The collective faked by its result: two ranks' summaries, rank 1's dataset shorter."""
     mine = dict(host='a', **{'dataset length': 64})
     other = dict(host='b', **{'dataset length': 16})
-    with mock.patch('mmengine.dist.all_gather_object', return_value=[mine, other]), \
-            mock.patch('mmengine.dist.barrier') as barrier:
+    collective = 'mmddp_ext.agreement.collective'
+    with mock.patch(f'{collective}.all_gather_object', return_value=[mine, other]), \
+            mock.patch(f'{collective}.barrier') as barrier:
         with pytest.raises(RanksDisagreeError, match='  dataset length:') as rank0:
             agree_or_stop(mine, [], rank=0)
         with pytest.raises(RanksDisagreeError, match="table is in rank 0's log") as rank1:
