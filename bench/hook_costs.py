@@ -62,31 +62,40 @@ class HookCostProbe(Hook):
                     for method in ('_forward_begins', '_forward_ends'):
                         self._wrap(hook.clock, name, method)
         if type(runner.log_processor).__name__ == 'GlobalLossLogProcessor':
-            # what the global loss adds: the ranks' exchange (GlobalLossHook, on the
-            # iterations LoggerHook logs) and the mean (the processor); the module's
-            # functions are looked up at each call
-            # The gather waits for the slower rank, which DDP's next all-reduce would wait for
-            # anyway: a barrier first takes that wait (kept apart, as skew, and taken out of
-            # GlobalLossHook.after_train_iter, which holds it), so what is counted is what the
-            # exchange adds. The gather's own time is kept for the record ('exchange': not a
-            # method of the table, so not counted twice).
+            # what the global loss adds to the stock processor: the mean, on the lines
+            # LoggerHook logs (the module's function, looked up at each call)
             from mmddp_ext.runner import global_loss
             self._wrap(global_loss, 'GlobalLossLogProcessor', 'over_ranks')
-            gather = global_loss.all_gather
+        # The hooks' collectives wait for the later rank, which DDP's next all-reduce would
+        # wait for anyway: a barrier before each takes that wait, kept apart as skew and taken
+        # out of the hook's time, so what is counted is what the collective adds. The
+        # collective's own time is kept for the record ('exchange': not a method of the table,
+        # so not counted twice). The modules' functions are looked up at each call.
+        import mmengine.hooks.sync_buffer_hook as sync_buffers
 
-            def aligned_gather(*args, **kwargs):
-                import torch.distributed as dist
-                start = time.perf_counter()
-                dist.barrier()
-                self.seconds['skew.barrier_before_gather'] += time.perf_counter() - start
-                start = time.perf_counter()
-                try:
-                    return gather(*args, **kwargs)
-                finally:
-                    self.seconds['GlobalLossHook.exchange'] += time.perf_counter() - start
-                    self.calls['GlobalLossHook.exchange'] += 1
+        from mmddp_ext.hooks import memory_hook
+        from mmddp_ext.runner import global_loss
+        for module, function, hook in ((global_loss, 'all_gather', 'GlobalLossHook'),
+                                       (memory_hook, 'all_gather_object', 'RankMemoryHook'),
+                                       (sync_buffers, 'all_reduce_params', 'SyncBuffersHook')):
+            self._align(module, function, hook)
 
-            global_loss.all_gather = aligned_gather
+    def _align(self, module, function: str, hook: str) -> None:
+        collective = getattr(module, function)
+
+        def aligned(*args, **kwargs):
+            import torch.distributed as dist
+            start = time.perf_counter()
+            dist.barrier()
+            self.seconds[f'skew.{hook}'] += time.perf_counter() - start
+            start = time.perf_counter()
+            try:
+                return collective(*args, **kwargs)
+            finally:
+                self.seconds[f'{hook}.exchange'] += time.perf_counter() - start
+                self.calls[f'{hook}.exchange'] += 1
+
+        setattr(module, function, aligned)
 
     def _wrap(self, obj, name, method) -> None:
         inner, key = getattr(obj, method), f'{name}.{method}'
@@ -128,9 +137,11 @@ def _config(tmp: str, data: str, epochs: int) -> str:
     return path
 
 
-def _skew(rank: dict) -> float:
-    """Seconds one rank waited for the other before the loss exchanges."""
-    return rank['seconds'].get('skew.barrier_before_gather', 0.0)
+def _skew(rank: dict, hook: str = None) -> float:
+    """Seconds one rank waited for the other before ``hook``'s collectives (all hooks' when
+    None)."""
+    return sum(s for k, s in rank['seconds'].items()
+               if k.startswith('skew.') and (hook is None or k == f'skew.{hook}'))
 
 
 def summarize(ranks: dict) -> dict:
@@ -142,8 +153,8 @@ def summarize(ranks: dict) -> dict:
     for name in OURS:
         per_iter = statistics.mean(
             (sum(s for k, s in d['seconds'].items()
-                 if k.split('.')[0] == name and k.split('.')[1] in PER_ITER) -
-             (_skew(d) if name == 'GlobalLossHook' else 0.0)) / iters[r] for r, d in ranks.items())
+                 if k.split('.')[0] == name and k.split('.')[1] in PER_ITER) - _skew(d, name)) /
+            iters[r] for r, d in ranks.items())
         one_off = max(
             sum(s for k, s in d['seconds'].items()
                 if k.split('.')[0] == name and k.split('.')[1] in ONE_OFF) for d in ranks.values())
@@ -153,7 +164,7 @@ def summarize(ranks: dict) -> dict:
     skew = statistics.mean(_skew(d) / iters[r] for r, d in ranks.items())
     return dict(iteration_s=iteration, iterations=iters, hooks=table, total_us_per_iter=total,
                 total_percent=100 * total / 1e6 / iteration,
-                skew_waited_before_gather_us_per_iter=skew * 1e6)
+                skew_waited_before_collectives_us_per_iter=skew * 1e6)
 
 
 def main() -> None:
@@ -191,8 +202,8 @@ def main() -> None:
               f'one-off {v["one_off_ms"]:.1f} ms')
     print(f'{"all":<18} {result["total_us_per_iter"]:9.1f} µs/iter  '
           f'{result["total_percent"]:.4f}%')
-    print(f'(waited for the other rank before the loss gather, not counted: '
-          f'{result["skew_waited_before_gather_us_per_iter"]:.1f} µs/iter)')
+    print(f'(waited for the other rank before the hooks\' collectives, not counted: '
+          f'{result["skew_waited_before_collectives_us_per_iter"]:.1f} µs/iter)')
 
 
 if __name__ == '__main__':
