@@ -1,6 +1,6 @@
 """The batch finder: the largest per-device batch that fits on every rank
 (``max_batch_per_device='auto'``), measured by :func:`find_max_batch` before the Runner is
-built, on a model of its own, and stored for the next run (:mod:`.finder_cache`).
+built, on a model of its own, and stored for the next run (:mod:`.cache`).
 
 How it measures (the warm-up step, trials with a reserve held, the ranks' agreement after
 each, the stored result) and how training checks and guards its answer: docs/scaling.md,

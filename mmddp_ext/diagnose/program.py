@@ -5,26 +5,16 @@ import os.path as osp
 import sys
 from typing import List, Optional
 
-from mmengine.config import DictAction
-
-from ..utils.config import default_work_dir, load_config
+from ..utils.config import add_work_dir_arguments, default_work_dir, load_config
 from . import summary
-
-
-def _work_dir_flags() -> argparse.ArgumentParser:
-    """The three flags of ``tools/dist_train.py`` that decide its work dir, by the same names
-    (the config first, as ``dist_train.sh`` passes it); the others are passed over.
-    ``tests/diagnose/test_program.py`` keeps the work dir equal to the training entry's."""
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument('config')
-    p.add_argument('--work-dir', '--work_dir')
-    p.add_argument('--cfg-options', '--cfg_options', nargs='+', action=DictAction)
-    return p
 
 
 def work_dir_from_train_args(argv: List[str]) -> str:
     """The work dir ``dist_train.py ARGV`` uses (``--work-dir``, the config's, or the default)."""
-    args, _ = _work_dir_flags().parse_known_args(argv)
+    # the training flags that decide the work dir (the config first, as dist_train.sh passes
+    # it); the others are passed over
+    parser = add_work_dir_arguments(argparse.ArgumentParser(add_help=False))
+    args, _ = parser.parse_known_args(argv)
     if args.work_dir:
         return args.work_dir
     try:

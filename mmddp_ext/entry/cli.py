@@ -1,16 +1,16 @@
-"""The command line of ``tools/dist_train.py``: its flags and the work dir they imply.
+"""The command line of ``tools/dist_train.py``: its flags.
 
-A light module (argparse and MMEngine's ``DictAction``; no torch.distributed, no training
-code). The work dir the flags imply is :func:`mmddp_ext.utils.config.default_work_dir`, which
-the diagnosis (:mod:`mmddp_ext.diagnose.program`) uses too.
+A light module (argparse and MMEngine's config tools; no torch.distributed, no training code).
+The flags that decide the work dir, and the work dir they imply, are
+:func:`mmddp_ext.utils.config.add_work_dir_arguments` and
+:func:`~mmddp_ext.utils.config.default_work_dir`, which the diagnosis
+(:mod:`mmddp_ext.diagnose.program`) uses too.
 """
 import argparse
 import os
 from typing import List, Optional
 
-from mmengine.config import DictAction
-
-from ..utils.config import default_work_dir  # noqa: F401  (the flags' work dir)
+from ..utils.config import add_work_dir_arguments
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,15 +18,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog='dist_train.py',
         description='Train an MMEngine config (MMPose, MMDetection, ...) on 1..N processes.')
-    p.add_argument('config', help='config file path, or pkg::path of an installed package')
-    p.add_argument('--work-dir', '--work_dir', help='where logs and checkpoints go')
+    add_work_dir_arguments(p)  # the config, --work-dir, --cfg-options
     p.add_argument('--resume', nargs='?', const='auto', default=None, metavar='CHECKPOINT',
                    help='resume from CHECKPOINT, or (no value) from the latest one in work_dir')
     p.add_argument('--amp', action='store_true', help='mixed precision (AmpOptimWrapper)')
     p.add_argument('--auto-scale-lr', '--auto_scale_lr', action='store_true',
                    help='scale the LR by the batch size (auto_scale_lr.enable=True)')
-    p.add_argument('--cfg-options', '--cfg_options', nargs='+', action=DictAction,
-                   help='override config keys, e.g. train_cfg.max_epochs=2')
     p.add_argument(
         '--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default=None,
         help='job launcher (default: pytorch when RANK/WORLD_SIZE are set, slurm '

@@ -37,11 +37,11 @@ from ..runner.ddp_runner import applies_plan, runner_class
 from ..runner.teardown import let_go_of_loaders
 from ..scaling.apply import CheckedScaling, check_scaling
 from ..utils.checks import did_you_mean
-from ..utils.config import load_config
+from ..utils.config import default_work_dir, load_config
 from ..utils.mmcv_ops import missing_gpu_ops
 from ..utils.process_state import owns_process, restore, snapshot
 from ..utils.start_up import release_run, settle_start_up
-from .cli import build_parser, default_work_dir, parse_args  # noqa: F401  (the entry's API)
+from .cli import build_parser, parse_args  # noqa: F401  (the entry's API)
 from .explain import explain, render
 from .forecast import forecast_memory
 

@@ -153,7 +153,7 @@ class DDPRunner(PutsBackCallersProcess, TrainsOnlyWithAPlan, WarnsOfEvaluationPa
         scaling_changes: the config changes the plan made, as ``key: old → new`` lines.
         batch_probe: where the finder's result is stored, with
             ``max_batch_per_device='auto'``
-            (:class:`~mmddp_ext.batch_finder.finder.StoredResult`), else None.
+            (:class:`~mmddp_ext.batch_finder.cache.StoredResult`), else None.
         trial_baseline: what this rank held between the finder's trials
             (:class:`~mmddp_ext.batch_finder.finder.TrialBaseline`), when it measured in this
             run; :class:`~mmddp_ext.hooks.ScalingHook` compares training with it.

@@ -10,7 +10,7 @@ import argparse
 import os.path as osp
 from typing import Any, Optional
 
-from mmengine.config import Config
+from mmengine.config import Config, DictAction
 from mmengine.config.utils import (MODULE2PACKAGE, _get_external_cfg_base_path,
                                    _get_package_and_cfg_path)
 from mmengine.utils import get_installed_path
@@ -63,6 +63,17 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     return cfg
+
+
+def add_work_dir_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The flags of ``tools/dist_train.py`` that decide its work dir (the config, ``--work-dir``,
+    ``--cfg-options``), for its parser and for the diagnosis, which finds a failed run's work
+    dir from the same arguments (:func:`default_work_dir`). Returns ``parser``."""
+    parser.add_argument('config', help='config file path, or pkg::path of an installed package')
+    parser.add_argument('--work-dir', '--work_dir', help='where logs and checkpoints go')
+    parser.add_argument('--cfg-options', '--cfg_options', nargs='+', action=DictAction,
+                        help='override config keys, e.g. train_cfg.max_epochs=2')
+    return parser
 
 
 def default_work_dir(args: argparse.Namespace, cfg: Optional[Any] = None) -> str:
