@@ -322,11 +322,25 @@ def _hang_lines(work_dir: str, records: List[Dict], ranks: Dict[int, Dict]) -> L
     shown = sorted(not_arrived) or sorted(stacks)
     lines += ([f'  stacks: {stacks_path(work_dir, rank)}' for rank in shown]
               if len(shown) <= 3 else [f'  stacks: {ranks_dir(work_dir)}/rank*.stacks.txt'])
-    lines.append('  fix: look at the line above of the rank that did not arrive (a branch '
-                 'taken on one rank only, a data loader or file system stall, a deadlock); '
-                 "the bound is HangWatchdogHook's (default_hooks.hang_watchdog=dict("
-                 'min_timeout=...))')
+    lines.append(_hang_fix(not_arrived, ranks))
     return lines
+
+
+def _hang_fix(not_arrived: Dict[int, str], ranks: Dict[int, Dict]) -> str:
+    """Where to look; for a rank stopped while it computed the metrics, the bound to raise."""
+    computing = {
+        r: ranks[r]['phase']
+        for r in not_arrived if str(ranks.get(r, {}).get('phase') or '').endswith(' metrics')
+    }
+    if computing:
+        return (f'  fix: {ranks_text(sorted(computing))} was computing the '
+                f'{sorted(set(computing.values()))[0]} when its bound ran out: a metric that is '
+                'only slow needs a longer one, default_hooks.hang_watchdog=dict('
+                'metric_timeout=<seconds>) (automatic: an hour for the first computation, then '
+                '10x the longest); a stuck one, look at the line above')
+    return ('  fix: look at the line above of the rank that did not arrive (a branch taken on '
+            'one rank only, a data loader or file system stall, a deadlock); the bound is '
+            "HangWatchdogHook's (default_hooks.hang_watchdog=dict(min_timeout=...))")
 
 
 def _calling_site(frames: List) -> str:

@@ -16,6 +16,10 @@ from mmengine.registry import HOOKS
 from ..diagnose.records import ProgressFile, begin_progress, stacks_path
 from ..gpu import gpus
 from ..utils.checks import positive_number
+from ..utils.ticker import Ticker
+
+FIRST_METRIC_BOUND = 3600.0  # seconds for the metrics before one computation has been timed
+METRIC_GRACE = 60.0  # the waiting ranks' bound is this much later than rank 0's
 
 
 def watchdog_bound(iter_seconds: Sequence[float], timeout: Optional[float], factor: float,
@@ -32,6 +36,23 @@ def watchdog_bound(iter_seconds: Sequence[float], timeout: Optional[float], fact
     if not iter_seconds:
         return None
     return max(float(min_timeout), factor * max(iter_seconds))
+
+
+def metric_bound(metric_seconds: Sequence[float], metric_timeout: Optional[float], factor: float,
+                 slow_timeout: float) -> float:
+    """Seconds rank 0 may spend computing the metrics after the last validation (or test) batch.
+
+    ``metric_timeout`` when given; else ``max(slow_timeout, factor × longest computation so far)``,
+    or ``max(slow_timeout, 3600 s)`` before one has been timed.
+
+    Example: no computation timed yet -> 3600 s; a 40 s computation, factor 10, slow 600 s ->
+    600 s; a 5-minute one -> 3000 s.
+    """
+    if metric_timeout is not None:
+        return float(metric_timeout)
+    if not metric_seconds:
+        return max(float(slow_timeout), FIRST_METRIC_BOUND)
+    return max(float(slow_timeout), factor * max(metric_seconds))
 
 
 def _positive(name: str, value: Any, allow_none: bool = False) -> None:
@@ -64,6 +85,13 @@ class HangWatchdogHook(Hook):
     iteration, 600 s for the slow phases: a hang is named in minutes instead of MMEngine's
     30-minute collective timeout.
 
+    After the last validation (or test) batch rank 0 computes the metrics while the others wait
+    (:class:`~mmddp_ext.ddp.evaluator.PatientEvaluator`, not the collective timeout, bounds that
+    wait): rank 0's bound is then :func:`metric_bound` (``metric_timeout``, else 10× the longest
+    computation so far, at least ``slow_timeout``; 3600 s for the first), the waiting ranks'
+    60 s later; every ``report_every`` seconds rank 0 logs how long it has computed and how
+    busy its CPU was.
+
     A collective timeout of your own shorter than the bound (``env_cfg.dist_cfg.timeout``) ends
     the waiting rank first; the diagnosis still names the rank that did not arrive, from the
     stack it dumped when torchrun stopped it.
@@ -75,6 +103,8 @@ class HangWatchdogHook(Hook):
         slow_timeout: bound before the first iteration and around validation, evaluation and
             checkpoint saving, seconds.
         window: how many recent iterations the automatic bound looks at.
+        metric_timeout: fixed bound in seconds on rank 0's metric computation (None: automatic).
+        report_every: seconds between rank 0's progress lines while it computes the metrics.
         enabled: False turns the watchdog off; the progress files are still written, since
             the diagnosis reads them after any failure, not only a hang.
 
@@ -87,13 +117,20 @@ class HangWatchdogHook(Hook):
 
     def __init__(self, timeout: Optional[float] = None, factor: float = 10.0,
                  min_timeout: float = 120.0, slow_timeout: float = 600.0, window: int = 20,
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, metric_timeout: Optional[float] = None,
+                 report_every: float = 60.0) -> None:
         _positive('timeout', timeout, allow_none=True)
+        _positive('metric_timeout', metric_timeout, allow_none=True)
         for name, value in (('factor', factor), ('min_timeout', min_timeout),
-                            ('slow_timeout', slow_timeout), ('window', window)):
+                            ('slow_timeout', slow_timeout), ('window', window), ('report_every',
+                                                                                 report_every)):
             _positive(name, value)
         self.timeout, self.factor, self.min_timeout = timeout, factor, min_timeout
         self.slow_timeout, self.enabled = slow_timeout, enabled
+        self.metric_timeout, self.report_every = metric_timeout, report_every
+        self.metric_seconds: Deque[float] = deque(maxlen=int(window))
+        self._metric_start: Optional[float] = None
+        self._ticker: Optional[Ticker] = None
         self.iter_seconds: Deque[float] = deque(maxlen=int(window))
         self.state: Dict[str, Any] = {}
         self._stack_file = None
@@ -124,6 +161,7 @@ class HangWatchdogHook(Hook):
         self._write()
 
     def after_run(self, runner) -> None:
+        self._stop_ticker()
         faulthandler.cancel_dump_traceback_later()
         if self._stack_file is None:
             return
@@ -152,8 +190,10 @@ class HangWatchdogHook(Hook):
                 (f'{self.timeout:g} s' if self.timeout is not None else
                  f'max({self.min_timeout:g} s, {self.factor:g} × slowest iteration)') +
                 f' ({self.slow_timeout:g} s before the first iteration and around validation '
-                'and checkpoints) dumps its stacks to ranks/ and stops; '
-                'python -m mmddp_ext.diagnose names it')
+                'and checkpoints; for rank 0\'s metrics ' +
+                (f'{self.metric_timeout:g} s' if self.
+                 metric_timeout is not None else '1 h, then 10 × the longest computation') +
+                ') dumps its stacks to ranks/ and stops; python -m mmddp_ext.diagnose names it')
         self._phase('train', slow=True)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
@@ -179,7 +219,10 @@ class HangWatchdogHook(Hook):
         self._phase('val', slow=True)
 
     def after_val_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        self._arm(self._slow())
+        self._after_eval_iter(runner, runner.val_loop, batch_idx, 'val')
+
+    def after_val_epoch(self, runner, metrics=None) -> None:
+        self._metrics_done()
 
     def after_val(self, runner) -> None:
         self._phase('train', slow=True)
@@ -189,7 +232,52 @@ class HangWatchdogHook(Hook):
         self._phase('test', slow=True)
 
     def after_test_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        self._arm(self._slow())
+        self._after_eval_iter(runner, runner.test_loop, batch_idx, 'test')
+
+    def after_test_epoch(self, runner, metrics=None) -> None:
+        self._metrics_done()
+
+    # ---- the metrics, computed on rank 0 ----
+    def metric_wait(self) -> float:
+        """Seconds the ranks other than 0 wait for rank 0's metrics: past both watchdog bounds,
+        so that a stuck rank 0 is named by its own stack dump first."""
+        return metric_bound(self.metric_seconds, self.metric_timeout, self.factor,
+                            self.slow_timeout) + 2 * METRIC_GRACE
+
+    def _after_eval_iter(self, runner, loop: Any, batch_idx: int, split: str) -> None:
+        try:
+            last = batch_idx + 1 == len(loop.dataloader)
+        except (TypeError, AttributeError):  # no length (or no loader): the slow bound holds
+            last = False
+        if not last:
+            self._arm(self._slow())
+            return
+        bound = metric_bound(self.metric_seconds, self.metric_timeout, self.factor,
+                             self.slow_timeout)
+        self._metric_start = time.monotonic()
+        self.state['phase'] = f'{split} metrics'
+        self._arm(bound if runner.rank == 0 else bound + METRIC_GRACE)
+        if runner.rank == 0 and runner.world_size > 1:
+            self._ticker = Ticker(self.report_every,
+                                  _progress_line(runner, split, bound, self._cpu_seconds))
+            self._ticker.start()
+
+    def _metrics_done(self) -> None:
+        self._stop_ticker()
+        if self._metric_start is not None:
+            self.metric_seconds.append(time.monotonic() - self._metric_start)
+            self._metric_start = None
+
+    def _stop_ticker(self) -> None:
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
+
+    def _cpu_seconds(self) -> float:
+        if self._process is None:
+            self._process = psutil.Process()
+        times = self._process.cpu_times()
+        return times.user + times.system
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         self._arm(self._slow())
@@ -233,3 +321,23 @@ class HangWatchdogHook(Hook):
             self._progress.write(self.state)
         except OSError:
             pass
+
+
+def _progress_line(runner, split: str, bound: float, cpu_seconds) -> Any:
+    """The ticker's call on rank 0 while it computes the metrics: one log line, how long, how
+    busy its CPU was since the last line (a stuck computation idles), and who waits."""
+    last = dict(wall=time.monotonic(), cpu=cpu_seconds())
+
+    def tick(seconds: float) -> None:
+        now, cpu = time.monotonic(), cpu_seconds()
+        busy = 100 * (cpu - last['cpu']) / max(now - last['wall'], 1e-9)
+        last.update(wall=now, cpu=cpu)
+        others = runner.world_size - 1
+        runner.logger.info(
+            f'[mmddp_ext] rank 0 has computed the {split} metrics for {seconds:.0f} s (CPU '
+            f'{busy:.0f} % of a core); {others} other '
+            f'{"ranks wait" if others > 1 else "rank waits"} for them; the hang watchdog '
+            f'stops it at {bound:.0f} s '
+            '(default_hooks.hang_watchdog.metric_timeout)')
+
+    return tick

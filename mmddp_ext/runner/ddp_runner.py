@@ -42,6 +42,7 @@ from .config_text import TextOnceConfig
 from .default_hooks import hook_type_name, our_default_hooks
 from .evaluation_order import WarnsOfEvaluationPadding
 from .global_loss import log_processor_cfg
+from .patient_evaluation import WaitsForMetricsPatiently
 from .resumable_loop import resumable_loop_cfg
 from .training_refusal import TrainsOnlyWithAPlan, checked_or_refused
 
@@ -142,7 +143,8 @@ def applies_plan(runner_type: Any) -> bool:
 
 
 @RUNNERS.register_module()
-class DDPRunner(PutsBackCallersProcess, TrainsOnlyWithAPlan, WarnsOfEvaluationPadding, Runner):
+class DDPRunner(PutsBackCallersProcess, TrainsOnlyWithAPlan, WarnsOfEvaluationPadding,
+                WaitsForMetricsPatiently, Runner):
     """A Runner whose batch size, accumulation, LR and schedule follow the ``scaling`` plan.
 
     Construct it with :meth:`from_cfg` (``RUNNERS.build(cfg)`` does). Attributes added to the

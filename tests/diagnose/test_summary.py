@@ -236,6 +236,17 @@ def test_a_hang_of_1024_ranks_stays_one_screen_and_names_the_rank_that_did_not_a
     assert 'last completed iteration: ranks 0-732, 734-1023: 5; rank 733: 4' in text
 
 
+def test_a_rank_stopped_in_its_metrics_gets_the_metric_bound_as_its_fix():
+    ranks = _progress(4, stuck=0)
+    ranks[0]['phase'] = 'val metrics'
+    text = ' '.join(summarize('.', [], ranks, []).split())
+    assert 'rank 0 did not arrive; it was in /home/me/model.py:5 in forward' in text
+    assert ('fix: rank 0 was computing the val metrics when its bound ran out' in text
+            and 'default_hooks.hang_watchdog=dict(metric_timeout=<seconds>)' in text)
+    ranks[0]['phase'] = 'train'  # the same stack during training: the general fix
+    assert 'dict(min_timeout=...)' in summarize('.', [], ranks, [])
+
+
 def test_1024_ranks_that_lost_their_peer_are_one_line_and_the_raiser_is_named():
     lost = [
         dict(rank=r, time=2.0, exc_type='RuntimeError', message='[gloo] Connection closed '

@@ -12,7 +12,7 @@ from mmengine.testing import RunnerTestCase
 from mmddp_ext.diagnose.records import read_ranks, stacks_path
 from mmddp_ext.diagnose.stacks import main_frames, parse_dump
 from mmddp_ext.hooks import HangWatchdogHook
-from mmddp_ext.hooks.watchdog_hook import watchdog_bound
+from mmddp_ext.hooks.watchdog_hook import METRIC_GRACE, metric_bound, watchdog_bound
 
 from tests.helpers import toy_hang
 from tests.helpers.proc_status import proc_status
@@ -32,7 +32,21 @@ def test_bound(times, timeout, expected):
     assert watchdog_bound(times, timeout, factor=10, min_timeout=120) == expected
 
 
+@pytest.mark.parametrize(
+    'times,metric_timeout,expected',
+    [
+        ([], None, 3600.0),  # the first computation: an hour
+        ([40.0], None, 600.0),  # 10 x 40 s is below the slow phases' bound
+        ([40.0, 300.0], None, 3000.0),  # 10 x the longest
+        ([40.0], 90, 90.0),  # a fixed bound wins
+    ])
+def test_metric_bound(times, metric_timeout, expected):
+    assert metric_bound(times, metric_timeout, factor=10, slow_timeout=600) == expected
+
+
 @pytest.mark.parametrize('kwargs,name', [(dict(timeout=0), 'timeout=0'),
+                                         (dict(metric_timeout=-5), 'metric_timeout=-5'),
+                                         (dict(report_every=0), 'report_every=0'),
                                          (dict(factor=-1), 'factor=-1'),
                                          (dict(window=True), 'window=True')])
 def test_bad_arguments_name_the_value(kwargs, name):
@@ -51,7 +65,48 @@ class VmRssProbeHook(Hook):
         self.rss = proc_status('VmRSS')['VmRSS']
 
 
+@HOOKS.register_module(force=True)
+class WatchdogProbeHook(Hook):
+    """Reads the watchdog's phase and bound after each validation batch (after the watchdog:
+    a lower priority) and at the end of each validation epoch."""
+
+    priority = 'LOW'
+
+    def __init__(self) -> None:
+        self.seen = []
+
+    def _watchdog(self, runner) -> HangWatchdogHook:
+        return next(h for h in runner.hooks if isinstance(h, HangWatchdogHook))
+
+    def after_val_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        state = self._watchdog(runner).state
+        self.seen.append((batch_idx, state['phase'], state['bound_s']))
+
+    def after_val_epoch(self, runner, metrics=None) -> None:
+        self.seen.append(('timed', len(self._watchdog(runner).metric_seconds)))
+
+
 class TestProgress(RunnerTestCase):
+
+    def test_the_metrics_after_the_last_validation_batch_get_their_own_bound(self):
+        cfg = self.epoch_based_cfg
+        cfg.custom_hooks = [dict(type='HangWatchdogHook'), dict(type='WatchdogProbeHook')]
+        runner = self.build_runner(cfg)
+        runner.train()
+        seen = next(h for h in runner.hooks if isinstance(h, WatchdogProbeHook)).seen
+        batches = len(runner.val_loop.dataloader)
+        self.assertGreater(batches, 1)
+        watchdog = next(h for h in runner.hooks if isinstance(h, HangWatchdogHook))
+        first, second = seen[:batches + 1], seen[batches + 1:]
+        # before the last batch the slow phases' bound; after it, the first metric bound
+        self.assertEqual(first[0], (0, 'val', 600.0))
+        self.assertEqual(first[batches - 1], (batches - 1, 'val metrics', 3600.0))
+        self.assertEqual(first[batches], ('timed', 1))
+        # the second validation: 10 x the first computation's time, at least 600 s
+        self.assertEqual(second[batches - 1][1:], ('val metrics', 600.0))
+        self.assertEqual(second[batches], ('timed', 2))
+        # the waiting ranks' wait: past rank 0's bound and theirs
+        self.assertEqual(watchdog.metric_wait(), 600.0 + 2 * METRIC_GRACE)
 
     def test_progress_after_training_and_no_stack_file_left(self):
         cfg = self.iter_based_cfg
