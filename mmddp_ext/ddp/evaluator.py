@@ -4,18 +4,20 @@ MMEngine's metrics (``BaseMetric.evaluate``) collect every rank's results, compu
 rank 0 alone and broadcast them; the other ranks wait for that broadcast in the default process
 group, so a metric that takes longer than ``env_cfg.dist_cfg.timeout`` (a COCO evaluation of a
 large val set) ends the job in the middle of validation. :class:`PatientEvaluator` runs the same
-three steps, with the same public parts of the metric, but broadcasts the result over a gloo
-group of its own, made for this evaluation with the bound its ``wait_timeout`` gives (the hang
-watchdog's metric bound, where :class:`~mmddp_ext.runner.DDPRunner` builds it). A metric whose
-class has its own ``evaluate`` is called as it is. ``docs/reliability.md``, "Slow metrics".
+three steps, with the same public parts of the metric, over a gloo group of its own, made for
+this evaluation with the bound its ``wait_timeout`` gives (the hang watchdog's metric bound,
+where :class:`~mmddp_ext.runner.DDPRunner` builds it). The results travel through that group
+too, not through a folder (MMEngine's default, ``.dist_test/`` under the working directory,
+which nodes that share nothing do not see). A metric whose class has its own ``evaluate`` is
+called as it is. ``docs/reliability.md``, "Slow metrics".
 """
 import logging
 from datetime import timedelta
-from typing import Any, Callable, Dict, Optional, Sequence, Union
+from itertools import chain, zip_longest
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 import torch.distributed as dist
-from mmengine.dist import collect_results
 from mmengine.evaluator import BaseMetric, Evaluator
 from mmengine.registry import EVALUATOR
 
@@ -102,17 +104,28 @@ class PatientEvaluator(Evaluator):
             dist.destroy_process_group(group)
 
 
+def gather_results(part: list, size: int, group: Optional[Any] = None) -> Optional[List]:
+    """Every rank's results on rank 0, in the samplers' order, cut at ``size``; None elsewhere.
+
+    As MMEngine's ``collect_results`` orders them: rank ``r``'s ``i``-th result is sample
+    ``i × world_size + r`` (``DefaultSampler``), the padding past ``size`` is dropped, and so
+    are results that are None. Through ``group``: no folder has to be shared. All ranks must
+    call this.
+    """
+    parts = [None] * dist.get_world_size(group) if dist.get_rank() == 0 else None
+    dist.gather_object(part, parts, dst=0, group=group)
+    if parts is None:
+        return None
+    return [r for r in chain.from_iterable(zip_longest(*parts)) if r is not None][:size]
+
+
 def _evaluate(metric: BaseMetric, size: int, group: Optional[Any]) -> dict:
-    """``BaseMetric.evaluate``'s steps, the result broadcast over ``group``."""
+    """``BaseMetric.evaluate``'s steps, over ``group``."""
     if not metric.results:
         log_line(
             f'{type(metric).__name__} got no results on this rank: its process() must add '
             'them to self.results', logging.WARNING)
-    if metric.collect_device == 'cpu':
-        results = collect_results(metric.results, size, metric.collect_device,
-                                  tmpdir=getattr(metric, 'collect_dir', None))
-    else:
-        results = collect_results(metric.results, size, metric.collect_device)
+    results = gather_results(metric.results, size, group)
     box = [None]
     if dist.get_rank() == 0:
         computed = metric.compute_metrics(to_cpu(results))

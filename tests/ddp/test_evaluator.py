@@ -4,6 +4,7 @@ waiting rank to the timeout; ours returns the same metrics on both ranks, comput
 ranks' results. The demo trained under ``dist_train.sh`` with such a metric:
 ``tests/e2e/test_slow_metric.py``."""
 import multiprocessing
+import os
 import os.path as osp
 import time
 import traceback
@@ -33,7 +34,7 @@ class SumMetric(BaseMetric):
         time.sleep(self.busy)
         if self.fail:
             raise RuntimeError('the metric failed on rank 0')
-        return dict(total=float(sum(results)), count=len(results))
+        return dict(total=float(sum(results)), order=','.join(f'{r:g}' for r in results))
 
 
 class OwnEvaluate(SumMetric):
@@ -45,6 +46,7 @@ class OwnEvaluate(SumMetric):
 
 def _rank(rank: int, store: str, kind: str, metric_kwargs: dict, out: str) -> None:
     result = {}
+    os.chdir(out)  # MMEngine's Evaluator collects through .dist_test/ in the working directory
     try:
         dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=2,
                                 timeout=timedelta(seconds=COLLECTIVE_TIMEOUT))
@@ -82,8 +84,8 @@ def test_the_waiting_rank_outlasts_the_collective_timeout(tmp_path):
     out = _two_ranks(tmp_path, 'patient', busy=3 * COLLECTIVE_TIMEOUT)
     for rank in (0, 1):
         assert 'error' not in out[rank], out[rank]['error']
-        # samples 0..4 of both ranks, the padded sample 5 dropped: 0+1+2+3+4
-        assert out[rank]['metrics'] == {'sum/total': 10.0, 'sum/count': 5, 'own': 1.0}
+        # samples 0..4 of both ranks in the sampler's order, the padded sample 5 dropped
+        assert out[rank]['metrics'] == {'sum/total': 10.0, 'sum/order': '0,1,2,3,4', 'own': 1.0}
         assert out[rank]['left'] == 0  # results cleared for the next validation
 
 
@@ -106,7 +108,7 @@ def test_one_process_evaluates_as_mmengine_does():
     metric = SumMetric(prefix='sum')
     evaluator = PatientEvaluator([metric, OwnEvaluate()])
     evaluator.process(data_samples=[1.0, 2.0, 3.0])
-    assert evaluator.evaluate(size=2) == {'sum/total': 3.0, 'sum/count': 2, 'own': 1.0}
+    assert evaluator.evaluate(size=2) == {'sum/total': 3.0, 'sum/order': '1,2', 'own': 1.0}
 
 
 def test_which_metrics_it_evaluates_itself():
