@@ -45,6 +45,7 @@ from .global_loss import log_processor_cfg
 from .patient_evaluation import WaitsForMetricsPatiently
 from .resumable_loop import resumable_loop_cfg
 from .training_refusal import TrainsOnlyWithAPlan, checked_or_refused
+from .work_dir_sharing import share_work_dir
 
 
 def _disk_usage(path: str) -> Optional[Tuple[int, int]]:
@@ -323,7 +324,11 @@ class DDPRunner(PutsBackCallersProcess, TrainsOnlyWithAPlan, WarnsOfEvaluationPa
         """MMEngine's load or resume; an automatic resume (``--resume`` without a path) that
         finds no ``last_checkpoint`` in the work dir logs one line saying training starts
         from scratch, instead of MMEngine's "Did not find last_checkpoint" on every rank and
-        "Auto resumed from the latest checkpoint None"."""
+        "Auto resumed from the latest checkpoint None". Before that, with several ranks: the
+        work dir's check and the starting checkpoint sent where missing
+        (:func:`~mmddp_ext.runner.work_dir_sharing.share_work_dir`)."""
+        if not self._has_loaded and self.world_size > 1:
+            share_work_dir(self)
         if (not self._has_loaded and self.cfg.get('resume') and self.cfg.get('load_from') is None
                 and not osp.exists(osp.join(self.work_dir, 'last_checkpoint'))):
             self.logger.info(f'[mmddp_ext] --resume: no checkpoint in {self.work_dir} yet: '

@@ -1,10 +1,15 @@
 """Two nodes that share only the network: two ``bash tools/dist_train.sh CFG 1`` fronts
-(``NNODES=2``, ``NODE_RANK=0/1``), each in a mount namespace of its own with a private tmpfs at
-the same path, holding its working directory, its copy of the data and config, and its
-work_dir. The demo validates after each of its 2 epochs: the results travel through the
-process group (``PatientEvaluator``), not through MMEngine's ``.dist_test/`` folder, which the
-other node does not see; the metrics equal one process's on the same checkpoint. Skipped where
-mount namespaces cannot be made (not root, no ``unshare``)."""
+(``NNODES=2``, ``NODE_RANK=0/1``), each in a mount namespace of its own, where a folder of its
+own is mounted at the same path, holding its working directory, its copy of the data and
+config, and its work_dir. Skipped where mount namespaces cannot be made (not root, no
+``unshare``).
+
+- Validation after each epoch: the results travel through the process group
+  (``PatientEvaluator``), not through MMEngine's ``.dist_test/`` folder, which the other node
+  does not see; the metrics equal one process's on the same checkpoint.
+- ``--resume`` with the work dir on each node's own disk: the run says the work dir is not
+  shared, rank 0 sends its checkpoint to rank 1, and both resume at the same epoch.
+"""
 import os
 import os.path as osp
 import re
@@ -31,49 +36,62 @@ def _namespaces() -> str:
     return '' if probe.returncode == 0 else f'unshare -m: {probe.stderr.strip()[:200]}'
 
 
-def _node(rank: int, private: str, out: str, data: str, port: int, opts: list):
-    """One node's front, in its own mount namespace: its tmpfs at ``private``; what it wrote
-    is copied to ``out`` before the namespace (and the tmpfs) goes away."""
-    script = ('set -u; mount -t tmpfs -o size=1g none "$P" && cp -r "$DATA" "$P/data" && '
-              'cp "$CFG" "$P/cfg.py" && cd "$P" && '
-              'bash "$ROOT/tools/dist_train.sh" cfg.py 1 --work-dir w "$@"; rc=$?; '
-              'ls -a "$P" > "$OUT/listing.txt"; cp -r w "$OUT/w"; exit $rc')
-    env = dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='1',
-               PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''), NNODES='2',
-               NODE_RANK=str(rank), MASTER_ADDR='127.0.0.1', PORT=str(port), P=private, DATA=data,
-               CFG=DEMO_CONFIG, OUT=out, ROOT=ROOT)
-    for key in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_PORT'):
-        env.pop(key, None)
-    os.makedirs(out)
-    return subprocess.Popen(
-        ['unshare', '-m', '--propagation', 'private', 'bash', '-c', script, 'node', *opts], env=env,
-        text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-
-
-@pytest.mark.slow
-def test_two_nodes_that_share_nothing_validate_every_epoch(demo_data, tmp_path):
+@pytest.fixture
+def nodes(tmp_path, demo_data):
+    """``start(options) -> [output of node 0, of node 1]``: one run of the two nodes; node
+    ``r``'s own folder ``tmp_path/disk{r}`` is what it sees at ``tmp_path/node``."""
     why = _namespaces()
     if why:
         pytest.skip(f'no private mounts: {why}')
-    private = str(tmp_path / 'node')  # each node's own tmpfs is mounted here
-    os.makedirs(private)
-    opts = demo_options(
-        osp.join(private, 'data'), 2, validate=True, **ONE_AT_A_TIME,
-        **{'train_cfg.val_interval': '1'})
-    port = find_free_port()
-    procs = [_node(r, private, str(tmp_path / f'out{r}'), demo_data, port, opts) for r in (0, 1)]
-    outs = [p.communicate(timeout=900)[0] for p in procs]
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out[-6000:]
-    assert os.listdir(private) == []  # nothing was written where the other node could see it
+    mount_point = tmp_path / 'node'
+    mount_point.mkdir()
+
+    def start(options: list) -> list:
+        port = find_free_port()
+        procs = [
+            _node(r, str(mount_point), str(tmp_path / f'disk{r}'), demo_data, port, options)
+            for r in (0, 1)
+        ]
+        outs = [p.communicate(timeout=900)[0] for p in procs]
+        for p, out in zip(procs, outs):
+            assert p.returncode == 0, out[-6000:]
+        assert os.listdir(mount_point) == []  # nothing was written where both nodes see it
+        return outs
+
+    start.mount_point = str(mount_point)
+    return start
+
+
+def _node(rank: int, mount_point: str, disk: str, data: str, port: int, options: list):
+    """One node's front, in its own mount namespace: its ``disk`` mounted at ``mount_point``."""
+    script = ('set -u; mount --bind "$DISK" "$P" && cd "$P" && '
+              '{ [ -d data ] || cp -r "$DATA" data; } && cp "$CFG" cfg.py && '
+              'exec bash "$ROOT/tools/dist_train.sh" cfg.py 1 --work-dir w "$@"')
+    env = dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='1',
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''), NNODES='2',
+               NODE_RANK=str(rank), MASTER_ADDR='127.0.0.1', PORT=str(port), P=mount_point,
+               DISK=disk, DATA=data, CFG=DEMO_CONFIG, ROOT=ROOT)
+    for key in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_PORT'):
+        env.pop(key, None)
+    os.makedirs(disk, exist_ok=True)
+    return subprocess.Popen(
+        ['unshare', '-m', '--propagation', 'private', 'bash', '-c', script, 'node', *options],
+        env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+@pytest.mark.slow
+def test_two_nodes_that_share_nothing_validate_every_epoch(nodes, demo_data, tmp_path):
+    outs = nodes(
+        demo_options(
+            osp.join(nodes.mount_point, 'data'), 2, validate=True, **ONE_AT_A_TIME,
+            **{'train_cfg.val_interval': '1'}))
     validated = dict(METRIC.findall(outs[0]))
     assert sorted(validated) == ['1', '2'], outs[0][-4000:]
-    # each node's own folder: MMEngine's result folder was never made on either
-    for r in (0, 1):
-        assert '.dist_test' not in open(tmp_path / f'out{r}' / 'listing.txt').read()
+    for r in (0, 1):  # MMEngine's result folder was made on neither node
+        assert not osp.exists(tmp_path / f'disk{r}' / '.dist_test')
 
     # one process on node 0's last checkpoint, the same val set: the same metric
-    checkpoint = str(tmp_path / 'out0' / 'w' / 'epoch_2.pth')
+    checkpoint = str(tmp_path / 'disk0' / 'w' / 'epoch_2.pth')
     cfg = str(tmp_path / 'demo.py')
     shutil.copy(DEMO_CONFIG, cfg)
     one = check_ok(
@@ -84,6 +102,23 @@ def test_two_nodes_that_share_nothing_validate_every_epoch(demo_data, tmp_path):
         ], timeout=600))
     alone = re.search(r'(coco/AP: [-0-9.]+)', one)
     assert alone and alone[1] == validated['2'], (alone, validated)
+
+
+@pytest.mark.slow
+def test_resume_with_a_work_dir_on_each_nodes_own_disk(nodes, tmp_path):
+    data = osp.join(nodes.mount_point, 'data')
+    first = nodes(demo_options(data, 1))
+    assert 'is not shared: rank 0 writes there, and rank 1 on' in ' '.join(
+        first[0].split()), first[0][-4000:]
+    saved = tmp_path / 'disk0' / 'w' / 'epoch_1.pth'
+    assert saved.is_file() and not (tmp_path / 'disk1' / 'w' / 'epoch_1.pth').exists()
+
+    again = nodes(demo_options(data, 2) + ['--resume'])
+    # rank 0's checkpoint reached node 1, byte for byte, and both ranks went on from it
+    assert 'from rank 0 to rank 1, which did not have it' in ' '.join(again[0].split())
+    assert (tmp_path / 'disk1' / 'w' / 'epoch_1.pth').read_bytes() == saved.read_bytes()
+    assert 'Epoch(train) [2]' in again[0] and 'Epoch(train) [1]' not in again[0]
+    assert (tmp_path / 'disk0' / 'w' / 'epoch_2.pth').is_file()
 
 
 def _test_py() -> str:
