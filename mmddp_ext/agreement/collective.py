@@ -33,13 +33,14 @@ def parameter_shapes(model: Any) -> List[Tuple[str, Tuple[int, ...]]]:
 
 
 def view_of(model: Any, cfg: Any, dataset_length: Optional[int] = None,
-            iters_per_epoch: Optional[int] = None) -> Tuple[Dict[str, Any], list]:
+            iters_per_epoch: Optional[int] = None,
+            starts_at: Optional[str] = None) -> Tuple[Dict[str, Any], list]:
     """This rank's summary (:func:`~mmddp_ext.agreement.compare.rank_summary`) of ``model``
     (wrapped or not) and ``cfg`` (an mmengine ``Config``), and the parameter list behind it."""
     params = parameter_shapes(model)
     plain = cfg.to_dict() if hasattr(cfg, 'to_dict') else dict(cfg)
     return rank_summary(dataset_length, iters_per_epoch, params, canonical(plain), versions(),
-                        socket.gethostname()), params
+                        socket.gethostname(), starts_at), params
 
 
 def agree_or_stop(summary: Mapping[str, Any], params: Sequence, rank: int,

@@ -2,7 +2,8 @@
 
 Each rank summarises what it is about to train (:func:`rank_summary`): the training dataset's
 length and iterations per epoch, the model's parameters (count, and a digest of names and
-shapes), a digest of the resolved config and the versions of the stack. The summaries are
+shapes), a digest of the resolved config, the versions of the stack and, once a checkpoint is
+loaded, the epoch and iteration training starts at. The summaries are
 gathered once (:class:`~mmddp_ext.hooks.AgreementHook`); :func:`disagreements` compares
 them and :func:`format_screen` turns what differs into one screen, which stays one screen for
 1024 ranks: ranks that agree are grouped (:func:`~mmddp_ext.utils.ranks.group_ranks`) and
@@ -32,15 +33,24 @@ PER_RANK_KEYS = frozenset({'device_ids', 'output_device', 'gpu_ids', 'local_rank
 NOT_COMPARED_KEYS = PER_NODE_KEYS | PER_RANK_KEYS
 PACKAGES = ('torch', 'mmengine', 'mmcv', 'mmpose', 'mmdet', 'mmddp_ext')
 FIXES = {
-    'dataset length': 'every rank must read the same annotation file: compare data_root and '
+    'dataset length':
+    'every rank must read the same annotation file: compare data_root and '
     'ann_file on the nodes named (a stale or partial copy of the data?)',
-    'iterations per epoch': 'every rank must read the same data with the same batch size and '
+    'iterations per epoch':
+    'every rank must read the same data with the same batch size and '
     'sampler: compare the data and the command lines on the nodes named',
-    'parameters': 'every rank must build the same model: the same config, the same code '
+    'parameters':
+    'every rank must build the same model: the same config, the same code '
     '(custom_imports, mmpose/mmdet versions) and the same checkout on every node',
-    'config': 'start every node with the same config file and the same --cfg-options (the '
+    'config':
+    'start every node with the same config file and the same --cfg-options (the '
     'same checkout of the configs)',
-    'version': 'install the same versions on every node, e.g. pip install {package}=={value}',
+    'starts at':
+    'every rank must start from the same checkpoint: a node that cannot read the '
+    'one --resume or load_from names starts from another step; give every node the same '
+    'checkpoint (a work dir every node sees)',
+    'version':
+    'install the same versions on every node, e.g. pip install {package}=={value}',
 }
 _ADDRESS = re.compile(r' at 0x[0-9a-fA-F]+')
 WIDTH = 100  # characters per line of the screen
@@ -112,7 +122,8 @@ def config_sections(cfg: Mapping) -> Dict[str, str]:
 
 def rank_summary(dataset_length: Optional[int], iters_per_epoch: Optional[int],
                  params: Sequence[Tuple[str, Tuple[int, ...]]], cfg: Mapping,
-                 versions: Mapping[str, Optional[str]], host: str = '') -> Dict[str, Any]:
+                 versions: Mapping[str, Optional[str]], host: str = '',
+                 starts_at: Optional[str] = None) -> Dict[str, Any]:
     """What one rank is about to train, small enough to gather from every rank.
 
     Args:
@@ -122,6 +133,8 @@ def rank_summary(dataset_length: Optional[int], iters_per_epoch: Optional[int],
         cfg: the resolved config as plain data (see :func:`canonical`).
         versions: ``{package: version or None}``.
         host: this rank's host name (carried along to name where odd ranks run).
+        starts_at: where training starts on this rank (``'epoch 1, iteration 2'``, after a
+            resume), where known.
 
     Returns:
         ``{field: value}``; :func:`disagreements` compares these. The host and the config's
@@ -134,6 +147,8 @@ def rank_summary(dataset_length: Optional[int], iters_per_epoch: Optional[int],
         f'digest {digest([[n, list(s)] for n, s in params])}',
         'config': digest(cfg),
     }
+    if starts_at is not None:
+        summary['starts at'] = starts_at
     summary.update({f'version {p}': v for p, v in versions.items()})
     summary['config sections'] = config_sections(cfg)
     summary['host'] = host

@@ -62,12 +62,13 @@ class AgreementHook(Hook):
         start = time.perf_counter()
         loader = runner.train_dataloader
         mine, params = view_of(runner.model, runner.cfg, _length(getattr(loader, 'dataset', None)),
-                               _length(loader))
+                               _length(loader), f'epoch {runner.epoch}, iteration {runner.iter}')
         self.summaries = agree_or_stop(mine, params, runner.rank, runner.logger)
         self.seconds = time.perf_counter() - start
         if runner.rank == 0:
             runner.logger.info(
                 f'[mmddp_ext] {len(self.summaries)} ranks agree: dataset length '
                 f'{mine["dataset length"]}, {mine["iterations per epoch"]} iterations per epoch, '
-                f'parameters {mine["parameters"]}, config {mine["config"]}, same versions '
+                f'parameters {mine["parameters"]}, config {mine["config"]}, starting at '
+                f'{mine["starts at"]}, same versions '
                 f'(checked in {self.seconds * 1000:.0f} ms)')

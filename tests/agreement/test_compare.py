@@ -31,6 +31,18 @@ def test_healthy_ranks_agree():
     assert disagreements(_world(16)) == []
 
 
+def test_a_rank_that_starts_at_another_step_is_named_with_the_fix():
+    world = [
+        rank_summary(320, 10, PARAMS, canonical(CFG), VERSIONS, f'node{r // 2}',
+                     'epoch 1, iteration 10' if r < 2 else 'epoch 0, iteration 0') for r in range(4)
+    ]
+    found = disagreements(world)
+    assert [d.field for d in found] == ['starts at']
+    screen = format_screen(found, world)
+    assert 'epoch 0, iteration 0' in screen and 'ranks 2, 3' in screen
+    assert 'a work dir every node sees' in ' '.join(screen.split())
+
+
 def test_host_is_carried_but_not_compared():
     world = _world(16)
     assert {s['host'] for s in world} == {'node0', 'node1'}

@@ -98,6 +98,7 @@ def test_healthy_run_agrees_and_records_speed(healthy_run):
     ``RankMemoryHook(interval=1)``)."""
     out = healthy_run.out
     assert '[mmddp_ext] 2 ranks agree: dataset length 64, 2 iterations per epoch' in out
+    assert 'starting at epoch 0, iteration 0' in out
     assert 'ranks disagree' not in out
     log_dir, lines = _speed(healthy_run.work)
     for rank in (0, 1):

@@ -118,6 +118,7 @@ def test_resume_with_a_work_dir_on_each_nodes_own_disk(nodes, tmp_path):
     assert 'from rank 0 to rank 1, which did not have it' in ' '.join(again[0].split())
     assert (tmp_path / 'disk1' / 'w' / 'epoch_1.pth').read_bytes() == saved.read_bytes()
     assert 'Epoch(train) [2]' in again[0] and 'Epoch(train) [1]' not in again[0]
+    assert '2 ranks agree' in again[0] and 'starting at epoch 1, iteration 2' in again[0]
     assert (tmp_path / 'disk0' / 'w' / 'epoch_2.pth').is_file()
 
 
