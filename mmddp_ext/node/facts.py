@@ -1,0 +1,68 @@
+"""What this node has for a job, read where the kernel says it: host memory (the cgroup's limit
+where one is set, else the RAM), the size of /dev/shm, and the CPU cores this process may run
+on (its affinity, within the cgroup's CPU quota). None where a number cannot be read."""
+import math
+import os
+import os.path as osp
+from typing import Optional
+
+from ..utils.process import host_memory_bytes
+from .limits import NodeFacts
+
+CGROUP = '/sys/fs/cgroup'
+
+
+def node_facts(shm: str = '/dev/shm', cgroup: str = CGROUP) -> NodeFacts:
+    """This node's :class:`~mmddp_ext.node.limits.NodeFacts`."""
+    return NodeFacts(host_memory=host_memory(cgroup), shm_size=shm_size(shm), cpus=cpus(cgroup))
+
+
+def shm_size(path: str = '/dev/shm') -> Optional[int]:
+    """Bytes of the file system at ``path`` (/dev/shm), or None where there is none."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_blocks * st.f_frsize
+
+
+def host_memory(cgroup: str = CGROUP) -> int:
+    """The RAM, or the cgroup's memory limit where that is lower (a container's)."""
+    total = host_memory_bytes()
+    limit = _read_number(osp.join(cgroup, 'memory.max'))  # cgroup v2
+    if limit is None:
+        limit = _read_number(osp.join(cgroup, 'memory', 'memory.limit_in_bytes'))  # v1
+    return min(total, limit) if limit else total
+
+
+def cpus(cgroup: str = CGROUP) -> Optional[int]:
+    """The cores this process may run on: its affinity, within the cgroup's CPU quota."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        count = os.cpu_count()
+    quota = _cpu_quota(cgroup)
+    if count is None:
+        return quota
+    return min(count, quota) if quota else count
+
+
+def _cpu_quota(cgroup: str) -> Optional[int]:
+    """Cores the cgroup allows (``cpu.max``: quota and period in µs), rounded up."""
+    try:
+        with open(osp.join(cgroup, 'cpu.max')) as f:
+            quota, period = f.read().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == 'max':
+        return None
+    return max(1, math.ceil(int(quota) / int(period)))
+
+
+def _read_number(path: str) -> Optional[int]:
+    """The integer in ``path``; None where it is missing, 'max' or not a number."""
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
