@@ -1,6 +1,7 @@
 """``dist_train.py CONFIG --explain``: the launch topology and the scaling plan, no training,
-as a readable summary or one JSON object (``docs/scaling.md``); with ``--memory`` the
-forecast of :mod:`mmddp_ext.entry.forecast` beside it."""
+as a readable summary or one JSON object (``docs/scaling.md``), with what one node's ranks need
+of it (:mod:`mmddp_ext.entry.node_report`); with ``--memory`` the forecast of
+:mod:`mmddp_ext.entry.forecast` beside it."""
 import copy
 import json
 from typing import Any, Dict, Optional
@@ -13,10 +14,11 @@ from ..scaling.apply import CheckedScaling, apply_plan, plan_for_config
 from ..scaling.plan import ScalingPlan
 from ..scaling.report import plan_table
 from ..utils.mmcv_ops import missing_gpu_ops
+from .node_report import node_report, render_node
 
 JSON_KEYS = ('world_size', 'per_device_batch_size', 'accumulative_counts', 'global_batch_size',
              'base_batch_size', 'lr_rule', 'lr_scale', 'lrs', 'train_loop', 'max_epochs',
-             'max_iters', 'iter_scale', 'warnings')
+             'max_iters', 'iter_scale', 'warnings', 'node')
 
 
 def _loop(cfg: Any) -> Dict[str, Any]:
@@ -52,6 +54,11 @@ def explain(cfg: Any, world_size: int, env: DistEnv,
     out['launch'] = dict(launcher=env.launcher, rank=env.rank, local_rank=env.local_rank,
                          node_rank=env.node_rank, nnodes=env.nnodes,
                          master=f'{env.master_addr}:{env.master_port}' if env.master_addr else None)
+    out['node'] = node_report(applied, plan.world_size, env.nnodes, plan.per_device_batch_size)
+    out['warnings'] = list(out['warnings']) + [
+        f'{f["name"]} on each node does not fit ({f["how"]}): {f["fix"]}'
+        for f in out['node']['figures'] if f['fits'] is False
+    ]
     return out
 
 
@@ -71,6 +78,8 @@ def render(info: Dict[str, Any], as_json: bool) -> str:
         plan_table(
             ScalingPlan.from_dict(info), info['changes'], before, after, warnings=info['warnings'])
     ]
+    if info.get('node') is not None:
+        lines += render_node(info['node'])
     if info.get('memory_forecast') is not None:
         lines += render_forecast(info['memory_forecast'])
     return '\n'.join(lines)

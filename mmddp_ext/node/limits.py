@@ -109,13 +109,23 @@ def _shared(load: NodeLoad, facts: NodeFacts) -> Figure:
 
 
 def _threads(load: NodeLoad, facts: NodeFacts) -> Figure:
-    n, t = load.ranks_per_node, load.threads_per_process
-    need = n * t
-    fits = _fits(need, facts.cpus)
-    fix = '' if fits is not False else (
-        f'OMP_NUM_THREADS={max(1, (facts.cpus or 1) // n)} (the node\'s {facts.cpus} cores over '
-        f'its {n} ranks)')
-    return Figure('threads', need, facts.cpus, fits, f'{n} rank(s) × {t} thread(s)', fix)
+    """Busy threads: each rank's intra-op threads and its workers (one thread each: PyTorch
+    sets 1 in a worker, MMEngine turns OpenCV's own threads off)."""
+    n, t, w, cores = load.ranks_per_node, load.threads_per_process, load.num_workers, facts.cpus
+    need = n * (t + w)
+    fits = _fits(need, cores)
+    fix = ''
+    if fits is False:
+        per_rank = cores // n
+        if per_rank < 1:
+            fix = (f'more ranks than cores on this node ({n} > {cores}): each rank gets less '
+                   'than a core, so the run is slow, not wrong')
+        else:
+            fix = (
+                f'{cores} cores for {n} rank(s): OMP_NUM_THREADS={max(1, per_rank - w)}' +
+                (f' and train_dataloader.num_workers={per_rank - 1}' if per_rank - 1 < w else ''))
+    return Figure('threads', need, cores, fits, f'{n} rank(s) × ({t} thread(s) + {w} worker(s))',
+                  fix)
 
 
 def _batchnorm(load: NodeLoad) -> Figure:

@@ -115,3 +115,38 @@ def test_auto_scale_lr_flag_keeps_mmengine_per_device_semantics(explain):
     assert (info['per_device_batch_size'], info['global_batch_size']) == (64, 128) == \
         (w['batch'], 2 * w['batch'])
     assert info['lr_scale'] == pytest.approx(2 * w['batch'] / w['base']) == 128 / 512
+
+
+@pytest.fixture(scope='module')
+def det_data(tmp_path_factory) -> str:
+    from mmddp_ext.demo import make_demo_det_dataset
+    out = str(tmp_path_factory.mktemp('demo_det_explain'))
+    make_demo_det_dataset(out, num_train=8, num_val=4, size=128, seed=0)
+    return out
+
+
+RETINANET = 'configs/examples/mmdet/retinanet_r18_fpn_1xb4-12e_demo-det-128.py'
+
+
+@pytest.mark.parametrize('which', ['demo', 'retinanet'])
+def test_explain_json_carries_the_node_figures(explain, which, demo_data, det_data):
+    """The four figures of a node for 4 processes on it, measured on the config's own data
+    with its own DataLoader workers (RetinaNet: 1 image per device, below BatchNorm's 8)."""
+    if which == 'demo':
+        config, root = DEMO_CONFIG, demo_data
+        options = [f'train_dataloader.dataset.data_root={root}/', 'train_dataloader.num_workers=2']
+    else:
+        config, root = RETINANET, det_data
+        options = [f'train_dataloader.dataset.data_root={root}/']
+    info = explain(config, '--world-size', '4', '--cfg-options', *options)
+    node = info['node']
+    assert node['ranks_per_node'] == 4 and node['not_measured'] is None, node
+    figures = {f['name']: f for f in node['figures']}
+    assert list(figures) == ['host memory', 'shared memory', 'threads', 'batchnorm batch']
+    for name in ('host memory', 'shared memory', 'threads'):
+        assert figures[name]['need'] is not None and figures[name]['have'] is not None
+    # both train their BatchNorms (RetinaNet's example: norm_eval=False) at the plan's batch
+    assert figures['batchnorm batch']['have'] == info['per_device_batch_size']
+    for figure in figures.values():  # a figure that does not fit is a warning with its fix
+        assert (figure['fits'] is False) == any(
+            w.startswith(f'{figure["name"]} on each node does not fit') for w in info['warnings'])

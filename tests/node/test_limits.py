@@ -49,11 +49,23 @@ def test_host_memory_is_ranks_times_process_and_workers(ranks, workers, process,
     assert ('OOM killer' in figure.fix) == (fits is False)
 
 
-def test_threads_over_the_cores_give_the_per_rank_setting():
-    figure = _by_name(NodeLoad(8, 2, threads_per_process=4), NodeFacts(cpus=16))['threads']
-    assert (figure.need, figure.have, figure.fits) == (32, 16, False)
-    assert 'OMP_NUM_THREADS=2' in figure.fix
-    assert _by_name(NodeLoad(8, 2, threads_per_process=2), NodeFacts(cpus=16))['threads'].fits
+@pytest.mark.parametrize(
+    'ranks,threads,workers,cores,fits,fix',
+    [
+        (8, 4, 0, 16, False, 'OMP_NUM_THREADS=2'),  # 32 threads on 16 cores: 2 each
+        (8, 1, 2, 16, False, None),  # 8 x 3 = 24: OMP_NUM_THREADS=1 and 1 worker each
+        (2, 1, 2, 16, True, ''),
+        (8, 1, 0, 2, False, 'more ranks than cores on this node (8 > 2)'),
+    ])
+def test_busy_threads_against_the_cores(ranks, threads, workers, cores, fits, fix):
+    figure = _by_name(NodeLoad(ranks, workers, threads_per_process=threads),
+                      NodeFacts(cpus=cores))['threads']
+    assert (figure.need, figure.have, figure.fits) == (ranks * (threads + workers), cores, fits)
+    if fix is None:
+        assert 'OMP_NUM_THREADS=1' in figure.fix
+        assert 'train_dataloader.num_workers=1' in figure.fix
+    else:
+        assert fix in figure.fix and (fix or figure.fix == '')
 
 
 @pytest.mark.parametrize('bn_batch,fits', [(None, None), (2, False), (BN_MIN_BATCH, True),
