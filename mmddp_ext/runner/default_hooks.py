@@ -23,6 +23,8 @@ DEFAULT_HOOKS = dict(
     sync_buffers=dict(type='SyncBuffersHook'),
     # the ranks' mean training losses in the log (runner/global_loss.py)
     global_loss=dict(type='GlobalLossHook'),
+    # before the first iteration: a node whose /dev/shm or memory cannot hold its loading
+    node_limits=dict(type='NodeLimitsHook'),
 )
 MMENGINE_HOOKS = ('SyncBuffersHook', )  # listed in custom_hooks: expected, no warning
 

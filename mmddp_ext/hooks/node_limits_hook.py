@@ -1,0 +1,95 @@
+"""``NodeLimitsHook``: before the first iteration, each node's /dev/shm and host memory against
+what its ranks' loading needs (:mod:`mmddp_ext.node`), so that a node that cannot hold it is
+named once, with the fix, before the run hangs or a rank is killed there (docs/memory.md, "The
+node's own limits")."""
+import logging
+import socket
+from collections import defaultdict
+from typing import Any, Dict, List
+
+from mmengine.dist import all_gather_object
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+
+from ..node.facts import node_facts
+from ..node.limits import NodeFacts, NodeLoad, node_figures
+from ..node.measure import tensor_bytes
+from ..utils.log import log_line
+from ..utils.process import rss_bytes
+from ..utils.units import format_bytes
+
+CHECKED = ('shared memory', 'host memory')
+
+
+def node_warnings(views: List[Dict[str, Any]]) -> List[str]:
+    """One line per node whose /dev/shm or host memory cannot hold what its ranks need, from
+    every rank's view (:meth:`NodeLimitsHook.view`), in rank order; the ranks of a node are
+    those with its host name. Host memory counts each worker at nothing: a lower bound."""
+    by_host: Dict[str, List[Dict[str, Any]]] = defaultdict(list)
+    for view in views:
+        by_host[view['host']].append(view)
+    lines = []
+    for host, ranks in by_host.items():
+        first = ranks[0]
+        load = NodeLoad(
+            len(ranks), first['workers'], first['prefetch_factor'],
+            batch_bytes=max(r['batch_bytes'] for r in ranks),
+            process_bytes=max(r['rss'] for r in ranks), worker_bytes=0)
+        facts = NodeFacts(host_memory=first['host_memory'], shm_size=first['shm_size'])
+        for figure in node_figures(load, facts):
+            if figure.name in CHECKED and figure.fits is False:
+                least = ' at least' if figure.name == 'host memory' else ''
+                lines.append(f'node {host}: {figure.name} needs{least} '
+                             f'{format_bytes(int(figure.need))} of its '
+                             f'{format_bytes(int(figure.have))} ({figure.how}): {figure.fix}')
+    return lines
+
+
+@HOOKS.register_module()
+class NodeLimitsHook(Hook):
+    """Names, before the first iteration, a node whose /dev/shm or host memory cannot hold
+    what its ranks' loading needs.
+
+    Every rank reads its node (/dev/shm, the cgroup's memory limit), the bytes of one training
+    batch (one sample through the pipeline, times the batch size), its DataLoader workers and
+    its own RSS; one gather, and rank 0 logs one warning per node that does not fit, with the
+    fix. ``dist_train.py --explain`` shows the same figures with a measured worker.
+
+    Args:
+        enabled: False turns the check off.
+
+    Example::
+
+        default_hooks = dict(node_limits=dict(enabled=False))
+    """
+
+    priority = 'LOW'
+
+    def __init__(self, enabled: bool = True) -> None:
+        if not isinstance(enabled, bool):
+            raise ValueError(f'NodeLimitsHook: enabled={enabled!r} must be True or False')
+        self.enabled = enabled
+        self.warnings: List[str] = []
+
+    def view(self, runner) -> Dict[str, Any]:
+        """This rank's share of its node's loading, and what the node has."""
+        loader = runner.train_dataloader
+        workers = int(getattr(loader, 'num_workers', 0) or 0)
+        try:
+            batch = tensor_bytes(loader.dataset[0]) * int(loader.batch_size or 1)
+        except Exception:  # a dataset without indexing: the shared memory stays unknown
+            batch = None
+        facts = node_facts()
+        return dict(host=socket.gethostname(), workers=workers,
+                    prefetch_factor=int(getattr(loader, 'prefetch_factor', None)
+                                        or 2), batch_bytes=batch or 0, rss=rss_bytes(),
+                    host_memory=facts.host_memory, shm_size=facts.shm_size)
+
+    def before_train(self, runner) -> None:
+        """Gather every rank's view; rank 0 logs the nodes that cannot hold their loading."""
+        if not self.enabled:
+            return
+        views = all_gather_object(self.view(runner))
+        self.warnings = node_warnings(views)
+        for line in self.warnings:
+            log_line(line, logging.WARNING, rank0_only=True)
