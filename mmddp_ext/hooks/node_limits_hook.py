@@ -3,10 +3,14 @@ what its ranks' loading needs (:mod:`mmddp_ext.node`), so that a node that canno
 named once, with the fix, before the run hangs or a rank is killed there (docs/memory.md, "The
 node's own limits")."""
 import logging
+import random
 import socket
 from collections import defaultdict
-from typing import Any, Dict, List
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional
 
+import numpy as np
+import torch
 from mmengine.dist import all_gather_object
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
@@ -19,6 +23,17 @@ from ..utils.process import rss_bytes
 from ..utils.units import format_bytes
 
 CHECKED = ('shared memory', 'host memory')
+SHM_SHARE = 4  # /dev/shm of at least 1/4 of the node's memory is no limit (a host's: 1/2)
+
+
+def sizes_batches(facts: NodeFacts, workers: int) -> bool:
+    """Whether a sample is worth loading to size the batches in flight: only with workers
+    (without them no batch passes through /dev/shm) and a /dev/shm smaller than a quarter of
+    the node's memory (a container's; Docker's default is 64 MiB). Elsewhere the check loads
+    nothing, so training loads exactly what it would without it."""
+    if not workers or facts.shm_size is None:
+        return False
+    return facts.host_memory is None or facts.shm_size * SHM_SHARE < facts.host_memory
 
 
 def node_warnings(views: List[Dict[str, Any]]) -> List[str]:
@@ -51,9 +66,13 @@ class NodeLimitsHook(Hook):
     what its ranks' loading needs.
 
     Every rank reads its node (/dev/shm, the cgroup's memory limit), the bytes of one training
-    batch (one sample through the pipeline, times the batch size), its DataLoader workers and
-    its own RSS; one gather, and rank 0 logs one warning per node that does not fit, with the
-    fix. ``dist_train.py --explain`` shows the same figures with a measured worker.
+    batch (one sample through the pipeline, times the batch size, where
+    :func:`sizes_batches`), its DataLoader workers and its own RSS;
+    one gather, and rank 0 logs one warning per node that does not fit, with the fix.
+    ``dist_train.py --explain`` shows the same figures with a measured worker.
+
+    The sample is loaded with the random states of ``random``, NumPy and torch put back
+    afterwards, so training draws the same augmentations as without the check.
 
     Args:
         enabled: False turns the check off.
@@ -71,15 +90,19 @@ class NodeLimitsHook(Hook):
         self.enabled = enabled
         self.warnings: List[str] = []
 
-    def view(self, runner) -> Dict[str, Any]:
-        """This rank's share of its node's loading, and what the node has."""
+    def view(self, runner, facts: Optional[NodeFacts] = None) -> Dict[str, Any]:
+        """This rank's share of its node's loading, and what the node has (``facts``: read
+        here unless given)."""
         loader = runner.train_dataloader
         workers = int(getattr(loader, 'num_workers', 0) or 0)
-        try:
-            batch = tensor_bytes(loader.dataset[0]) * int(loader.batch_size or 1)
-        except Exception:  # a dataset without indexing: the shared memory stays unknown
-            batch = None
-        facts = node_facts()
+        facts = facts or node_facts()
+        batch = None
+        if sizes_batches(facts, workers):
+            try:
+                with _random_states_kept():
+                    batch = tensor_bytes(loader.dataset[0]) * int(loader.batch_size or 1)
+            except Exception:  # a dataset without indexing: the shared memory stays unknown
+                batch = None
         return dict(host=socket.gethostname(), workers=workers,
                     prefetch_factor=int(getattr(loader, 'prefetch_factor', None)
                                         or 2), batch_bytes=batch or 0, rss=rss_bytes(),
@@ -93,3 +116,15 @@ class NodeLimitsHook(Hook):
         self.warnings = node_warnings(views)
         for line in self.warnings:
             log_line(line, logging.WARNING, rank0_only=True)
+
+
+@contextmanager
+def _random_states_kept() -> Iterator[None]:
+    """The random states of ``random``, NumPy and torch (CPU) as they were, after the block."""
+    states = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            random.setstate(states[0])
+            np.random.set_state(states[1])

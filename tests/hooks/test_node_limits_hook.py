@@ -1,11 +1,19 @@
 """NodeLimitsHook: the warnings from every rank's view (pure), the view of a real toy run, and
 the hook in MMEngine's toy runner. A real node with a 1 MiB /dev/shm:
 tests/e2e/test_node_limits.py."""
+import copy
+import random
+
+import numpy as np
+import torch
+from mmengine.registry import DATASETS
 from mmengine.testing import RunnerTestCase
+from mmengine.testing.runner_test_case import ToyDataset
 
 from mmddp_ext.hooks import NodeLimitsHook
 from mmddp_ext.hooks.node_limits_hook import node_warnings
 from mmddp_ext.node.facts import node_facts
+from mmddp_ext.node.limits import NodeFacts
 from mmddp_ext.node.measure import tensor_bytes
 
 MIB, GIB = 2**20, 2**30
@@ -32,16 +40,50 @@ def test_host_memory_is_a_lower_bound_of_the_ranks_alone():
     assert node_warnings([_view('n1', workers=0, shm=MIB, batch=GIB)]) == []  # no workers
 
 
+@DATASETS.register_module(force=True)
+class RandomDrawDataset(ToyDataset):
+    """The toy dataset, drawing from Python's, NumPy's and torch's generators per sample, as
+    random augmentations do."""
+
+    def __getitem__(self, index):
+        random.random(), np.random.rand(), torch.rand(1)
+        return super().__getitem__(index)
+
+
+def _states():
+    return random.getstate(), np.random.get_state()[1].tolist(), torch.get_rng_state().tolist()
+
+
 class TestNodeLimitsHook(RunnerTestCase):
 
-    def test_the_view_of_a_toy_run_and_no_warning_here(self):
+    def test_the_view_loads_a_sample_only_where_shm_may_be_short(self):
+        small = NodeFacts(host_memory=64 * GIB, shm_size=64 * MIB)  # Docker's default
+        cfg = self.epoch_based_cfg
+        cfg.custom_hooks = [dict(type='NodeLimitsHook')]
+        cfg.train_dataloader.dataset.type = 'RandomDrawDataset'
+        runner = self.build_runner(cfg)
+        hook = next(h for h in runner.hooks if isinstance(h, NodeLimitsHook))
+        assert hook.view(runner, small)['batch_bytes'] == 0  # no workers: nothing to size
+        cfg = copy.deepcopy(self.epoch_based_cfg)
+        cfg.experiment_name += '_workers'
+        cfg.custom_hooks = [dict(type='NodeLimitsHook')]
+        cfg.train_dataloader.update(num_workers=1, dataset=dict(type='RandomDrawDataset'))
+        runner = self.build_runner(cfg)
+        hook = next(h for h in runner.hooks if isinstance(h, NodeLimitsHook))
+        large = NodeFacts(host_memory=64 * GIB, shm_size=32 * GIB)  # a host's: half the RAM
+        assert hook.view(runner, large)['batch_bytes'] == 0
+        before = _states()
+        view = hook.view(runner, small)
+        assert _states() == before  # training draws what it would have drawn
+        loader = runner.train_dataloader
+        assert view['batch_bytes'] == tensor_bytes(loader.dataset[0]) * loader.batch_size > 0
+        assert view['shm_size'] == 64 * MIB and view['workers'] == 1
+        assert hook.view(runner)['shm_size'] == node_facts().shm_size  # read here by default
+
+    def test_one_rank_on_this_machine_trains_without_a_warning(self):
         cfg = self.epoch_based_cfg
         cfg.custom_hooks = [dict(type='NodeLimitsHook')]
         runner = self.build_runner(cfg)
-        hook = next(h for h in runner.hooks if isinstance(h, NodeLimitsHook))
-        view = hook.view(runner)
-        loader = runner.train_dataloader
-        assert view['batch_bytes'] == tensor_bytes(loader.dataset[0]) * loader.batch_size > 0
-        assert view['shm_size'] == node_facts().shm_size and view['workers'] == 0
         runner.train()
-        assert hook.warnings == []  # one rank, no workers: nothing to warn of
+        hook = next(h for h in runner.hooks if isinstance(h, NodeLimitsHook))
+        assert hook.warnings == []
