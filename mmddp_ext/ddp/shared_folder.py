@@ -14,7 +14,7 @@ from typing import Dict, List, Optional
 import torch
 import torch.distributed as dist
 
-from ..utils.io import move_into_place
+from ..utils.io import atomic_write_bytes
 
 SEND_TIMEOUT = 3600.0  # seconds for sending one file to the ranks that lack it
 
@@ -65,21 +65,7 @@ def send_missing_file(path: str) -> List[int]:
         if size[0]:
             dist.broadcast(data, src=0, group=group)
         if rank in missing:
-            _write(path, data.numpy().tobytes())
+            atomic_write_bytes(path, data.numpy().tobytes())
     finally:
         dist.destroy_process_group(group)
     return missing
-
-
-def _write(path: str, data: bytes) -> None:
-    folder = osp.dirname(osp.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    part = osp.join(folder, f'.{osp.basename(path)}.{os.getpid()}.part')
-    try:
-        with open(part, 'wb') as f:
-            f.write(data)
-        move_into_place(part, path)
-    except BaseException:
-        if osp.exists(part):
-            os.remove(part)
-        raise

@@ -1,6 +1,7 @@
 """Crash-safe file writes: the one atomic write of the package (temporary file, fsync, rename,
 fsync of the folder), used by checkpoints, failure records, the batch finder's cache, the
-demo annotations, and (without the fsyncs: rewritten every iteration) the progress files."""
+demo annotations, a checkpoint sent to a node without it, and (without the fsyncs: rewritten
+every iteration) the progress files."""
 import os
 import os.path as osp
 
@@ -25,15 +26,22 @@ def move_into_place(part: str, path: str, durable: bool = True) -> None:
         fsync_path(osp.dirname(osp.abspath(path)))
 
 
-def atomic_write_text(path: str, text: str, durable: bool = True) -> None:
-    """Write ``text`` to ``path`` atomically (see :func:`move_into_place`); creates the folder."""
+def atomic_write_bytes(path: str, data: bytes, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`move_into_place`); creates the folder.
+    The temporary file is named for this process, so processes writing the same path at once
+    (the ranks of one node) each leave it whole."""
     os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
-    part = osp.join(osp.dirname(osp.abspath(path)), f'.{osp.basename(path)}.part')
+    part = osp.join(osp.dirname(osp.abspath(path)), f'.{osp.basename(path)}.{os.getpid()}.part')
     try:
-        with open(part, 'w') as f:
-            f.write(text)
+        with open(part, 'wb') as f:
+            f.write(data)
         move_into_place(part, path, durable)
     except BaseException:
         if osp.exists(part):
             os.remove(part)
         raise
+
+
+def atomic_write_text(path: str, text: str, durable: bool = True) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`atomic_write_bytes`)."""
+    atomic_write_bytes(path, text.encode('utf-8'), durable)
