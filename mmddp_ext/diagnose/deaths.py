@@ -9,6 +9,7 @@ import signal
 import subprocess
 from typing import Dict, List, Optional
 
+from ..node.limits import SHM_FIX
 from ..utils.process import host_memory_bytes
 from ..utils.units import format_mib
 
@@ -103,8 +104,7 @@ _WORKER_CAUSES = {
                '(train_dataloader.num_workers), a smaller per-device batch, or more host memory '
                'for the job'),
     'Bus error': ('a bus error: most often shared memory (/dev/shm) too small for the batches '
-                  'the workers hand over', 'a larger /dev/shm (docker run --shm-size=8g; on '
-                  'Kubernetes an emptyDir of medium Memory at /dev/shm), or fewer workers'),
+                  'the workers hand over', SHM_FIX),
 }
 _WORKER_OTHER = ('a crash in the worker (the dataset, its transforms or a library they call)',
                  'rerun with train_dataloader.num_workers=0: the error is then raised in the rank '
@@ -123,4 +123,22 @@ def worker_death_lines(message: str) -> List[str]:
     return [
         f'  cause: its DataLoader worker (pid {found.group(1).strip()}) died of {how}',
         f'  fix: {fix}'
+    ]
+
+
+# a worker that could not hand its batch over (mmddp_ext.ddp.shared_batches), or torch's own
+# words where a tensor could not be put into shared memory
+_SHM_FULL = re.compile(r'could not hand its batch to its rank through shared memory|unable to '
+                       r'allocate shared memory|unable to write to file </torch_')
+
+
+def shared_memory_lines(message: str) -> List[str]:
+    """The cause and the fix where a rank raised because /dev/shm could not hold a batch of its
+    DataLoader workers; [] for any other message."""
+    if not _SHM_FULL.search(message):
+        return []
+    return [
+        '  cause: /dev/shm is too small for the batches in flight: each worker hands its batches '
+        'to its rank through it, num_workers × prefetch_factor of them per rank (--explain '
+        "shows this node's need)", f'  fix: {SHM_FIX}'
     ]

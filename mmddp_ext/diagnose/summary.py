@@ -19,8 +19,8 @@ from ..utils.io import atomic_write_text
 from ..utils.ranks import group_ranks, ranks_text
 from ..utils.units import format_mib
 from .ddp_errors import ddp_error_lines, mismatch_lines, mismatch_text
-from .deaths import (LAUNCHER_STOP, death_lines, host_memory_total, kernel_log, signal_name,
-                     worker_death_lines)
+from .deaths import (LAUNCHER_STOP, death_lines, host_memory_total, kernel_log, shared_memory_lines,
+                     signal_name, worker_death_lines)
 from .frames import raise_site_lines, worker_error_line
 from .records import (failure_dir, launch_report_path, ranks_dir, read_failures, read_ranks,
                       stacks_path)
@@ -184,7 +184,8 @@ def _raised_lines(records: List[Dict]) -> List[str]:
         ]
         explained = {first.get('rank')}
     # a worker's death interrupts the rank wherever it is: where it raised says nothing
-    lines += worker_death_lines(str(first.get('message', ''))) or raise_site_lines(first)
+    said = str(first.get('message', ''))
+    lines += worker_death_lines(said) or shared_memory_lines(said) or raise_site_lines(first)
     lines.append(f'  full traceback: {first.get("traceback_file")}')
     lines += _memory_lines(first)
     others = [r for r in records if r.get('rank') not in explained]

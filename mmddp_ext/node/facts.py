@@ -26,6 +26,15 @@ def shm_size(path: str = '/dev/shm') -> Optional[int]:
     return st.f_blocks * st.f_frsize
 
 
+def shm_free(path: str = '/dev/shm') -> Optional[int]:
+    """Bytes free at ``path`` (/dev/shm), or None where there is none."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
 def host_memory(cgroup: str = CGROUP) -> int:
     """The RAM, or the cgroup's memory limit where that is lower (a container's)."""
     total = host_memory_bytes()

@@ -11,6 +11,11 @@ from typing import Any, Dict, List, Optional
 
 from ..utils.units import format_bytes
 
+# what makes room for the batches DataLoader workers hand over through /dev/shm (torch's
+# 'file_system' sharing strategy keeps them in /dev/shm too: it helps with open files, not space)
+SHM_FIX = ('a larger /dev/shm (docker run --shm-size=8g; on Kubernetes an emptyDir of medium '
+           'Memory at /dev/shm), or fewer batches in flight: fewer workers '
+           '(train_dataloader.num_workers) or a smaller train_dataloader.prefetch_factor')
 BN_MIN_BATCH = 8  # samples per BatchNorm below which its statistics get noisy (SyncBN fixes it)
 
 
@@ -101,10 +106,7 @@ def _shared(load: NodeLoad, facts: NodeFacts) -> Figure:
         how = (f'{n} rank(s) × {w} worker(s) × prefetch_factor {p} × '
                f'{format_bytes(load.batch_bytes)} per batch')
     fits = _fits(need, facts.shm_size)
-    fix = '' if fits is not False else (
-        'a larger /dev/shm (docker run --shm-size=8g, or a Kubernetes emptyDir with medium '
-        'Memory), fewer workers or a smaller prefetch_factor, or '
-        "torch.multiprocessing.set_sharing_strategy('file_system')")
+    fix = '' if fits is not False else SHM_FIX
     return Figure('shared memory', need, facts.shm_size, fits, how, fix)
 
 

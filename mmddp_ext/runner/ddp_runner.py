@@ -26,6 +26,7 @@ from ..batch_finder.finder import find_max_batch
 from ..checkpoint import (DISK_FULL, disk_full_error, finite_checkpoint_type, from_plain,
                           previous_checkpoint, refuse_nonfinite, to_plain)
 from ..ddp.process_group import ensure_process_group
+from ..ddp.shared_batches import share_batches
 from ..ddp.workers import tie_workers
 from ..ddp.wrapper import ddp_param_names, model_wrapper_for, sync_bn_for_rank, with_rank_device
 from ..gpu import gpus, rank_device
@@ -349,8 +350,9 @@ class DDPRunner(PutsBackCallersProcess, TrainsOnlyWithAPlan, WarnsOfEvaluationPa
     @staticmethod
     def build_dataloader(dataloader: Any, seed: Optional[int] = None,
                          diff_rank_seed: bool = False) -> Any:
-        """MMEngine's dataloader, its worker processes tied to this rank's life."""
-        return tie_workers(Runner.build_dataloader(dataloader, seed, diff_rank_seed))
+        """MMEngine's dataloader, its worker processes tied to this rank's life, handing their
+        batches over through shared memory themselves (:mod:`~mmddp_ext.ddp.shared_batches`)."""
+        return share_batches(tie_workers(Runner.build_dataloader(dataloader, seed, diff_rank_seed)))
 
     def resume(self, filename: str, resume_optimizer: bool = True,
                resume_param_scheduler: bool = True, map_location='cpu') -> None:

@@ -2,7 +2,7 @@
 (its text in torch 2.x: torch/utils/data/_utils/signal_handling.py and dataloader.py)."""
 import pytest
 
-from mmddp_ext.diagnose.deaths import worker_death_lines
+from mmddp_ext.diagnose.deaths import shared_memory_lines, worker_death_lines
 
 
 @pytest.mark.parametrize('message, cause, fix', [
@@ -33,3 +33,15 @@ def test_a_worker_that_died_by_itself_is_the_cause(message, cause, fix):
     ])
 def test_any_other_message_adds_nothing(message):
     assert worker_death_lines(message) == []
+
+
+@pytest.mark.parametrize('message', [
+    'DataLoader worker 0 (pid 9) could not hand its batch to its rank through shared memory: '
+    '/dev/shm on host vm has 1.00 MiB, 0 B free, for a batch of 465.06 KiB',
+    'unable to allocate shared memory(shm) for file </torch_1_2_3>: No space left on device (28)',
+])
+def test_a_full_dev_shm_is_the_cause(message):
+    lines = shared_memory_lines(message)
+    assert len(lines) == 2 and '/dev/shm is too small' in lines[0]
+    assert '--shm-size' in lines[1] and 'num_workers' in lines[1]
+    assert shared_memory_lines('Connection closed by peer [127.0.0.1]:8097') == []
