@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 
+from ..launcher.env import threads_per_process
 from ..node.facts import node_facts
 from ..node.limits import NodeLoad, node_figures
 from ..node.measure import measure_loading, training_batchnorms
@@ -15,14 +16,19 @@ from ..utils.units import format_bytes
 MEMORY = ('host memory', 'shared memory')
 
 
-def threads_per_rank(environ: Mapping[str, str], world_size: int, torch_threads: int) -> int:
-    """The intra-op threads each rank computes with: ``OMP_NUM_THREADS`` where set; else 1
-    with several ranks (torchrun and MMEngine's ``setup_env`` both set it so); else torch's
-    own count."""
-    try:
-        return max(1, int(environ['OMP_NUM_THREADS']))
-    except (KeyError, ValueError):
-        return 1 if world_size > 1 else torch_threads
+def threads_per_rank(environ: Mapping[str, str], ranks_per_node: int, world_size: int,
+                     cores: Optional[int], workers: int, torch_threads: int) -> int:
+    """The intra-op threads each rank will compute with, as ``tools/dist_train.py`` sets them:
+    ``OMP_NUM_THREADS`` where the user set it; else, with several ranks, the node's cores
+    shared, less one per worker (:func:`~mmddp_ext.launcher.env.threads_per_process`); else
+    (one process) torch's own count."""
+    shared = threads_per_process(environ, ranks_per_node, cores, workers)
+    if shared is None:
+        try:
+            return max(1, int(environ['OMP_NUM_THREADS']))
+        except ValueError:
+            return torch_threads
+    return shared if world_size > 1 else torch_threads
 
 
 def node_report(cfg: Any, world_size: int, nnodes: int, per_device_batch: int) -> Dict[str, Any]:
@@ -33,13 +39,14 @@ def node_report(cfg: Any, world_size: int, nnodes: int, per_device_batch: int) -
     workers = int(loader.get('num_workers', 0) or 0)
     sample = measure_loading(cfg, per_device_batch)
     batchnorms = training_batchnorms(cfg)
+    facts = node_facts()
     load = NodeLoad(
         ranks_per_node=ranks, num_workers=workers,
         prefetch_factor=int(loader.get('prefetch_factor') or 2), batch_bytes=sample.batch_bytes,
         process_bytes=sample.process_bytes, worker_bytes=sample.worker_bytes,
-        threads_per_process=threads_per_rank(os.environ, world_size, torch.get_num_threads()),
+        threads_per_process=threads_per_rank(os.environ, ranks, world_size, facts.cpus, workers,
+                                             torch.get_num_threads()),
         bn_batch=per_device_batch if batchnorms else None)
-    facts = node_facts()
     return dict(ranks_per_node=ranks, host_memory=facts.host_memory, shm_size=facts.shm_size,
                 cpus=facts.cpus, training_batchnorms=batchnorms, not_measured=sample.not_measured
                 or None, figures=[f.to_dict() for f in node_figures(load, facts)])

@@ -33,6 +33,7 @@ from ..launcher.layout import read_launch_env
 from ..memory.budget import held_bytes
 from ..memory.forecast import parse_size
 from ..memory.stats import MemoryReader
+from ..node.facts import cpus
 from ..runner.ddp_runner import applies_plan, runner_class
 from ..runner.teardown import let_go_of_loaders
 from ..scaling.apply import CheckedScaling, check_scaling
@@ -44,6 +45,25 @@ from ..utils.start_up import release_run, settle_start_up
 from .cli import build_parser, parse_args  # noqa: F401  (the entry's API)
 from .explain import explain, render
 from .forecast import forecast_memory
+
+
+def share_cores(env: DistEnv, cfg: Config) -> List[str]:
+    """Where the user chose no thread count, give each of this node's ranks its share of the
+    node's cores, less one per DataLoader worker (:func:`threads_per_process`); the note to
+    log, or none. Set before the runner is built: MMEngine's ``setup_env`` then finds
+    ``OMP_NUM_THREADS`` set and leaves it."""
+    workers = int(cfg.get('train_dataloader', {}).get('num_workers', 0) or 0)
+    cores = cpus()
+    threads = threads_per_process(os.environ, env.local_world_size, cores, workers)
+    if not env.distributed or threads is None:
+        return []
+    os.environ['OMP_NUM_THREADS'] = str(threads)  # for processes started later
+    torch.set_num_threads(threads)
+    each = f', less its {workers} DataLoader worker(s)' if workers else ''
+    return [
+        f'threads per process: {threads} ({cores} cores shared by {env.local_world_size} '
+        f'processes on this node{each}; OMP_NUM_THREADS was not set; set it to choose)'
+    ]
 
 
 def build_config(args: argparse.Namespace, env: Optional[DistEnv] = None) -> Config:
@@ -168,13 +188,7 @@ def _train(args: argparse.Namespace, env: DistEnv) -> int:
         if env.distributed:  # what a rank that aborts in native code says is kept
             keep_stderr(stderr_path(work_dir, env.rank))
         notes = [env.describe(), *env.warnings]
-        threads = threads_per_process(os.environ, env.local_world_size, os.cpu_count())
-        if env.distributed and threads is not None:
-            os.environ['OMP_NUM_THREADS'] = str(threads)  # for processes started later
-            torch.set_num_threads(threads)
-            notes.append(f'threads per process: {threads} ({os.cpu_count()} cores shared by '
-                         f'{env.local_world_size} processes on this node; OMP_NUM_THREADS '
-                         f'was not set; set it to choose)')
+        notes += share_cores(env, cfg)
         if env.distributed and not applies_plan(cfg.get('runner_type')):
             # a stock runner: the lean DDP wrapper (DDPRunner decides its own in from_cfg)
             cfg.model_wrapper_cfg = model_wrapper_for(cfg, True)

@@ -347,19 +347,29 @@ def choose_backend(requested: Optional[str], cuda_available: bool) -> Tuple[str,
     return requested, None
 
 
-def threads_per_process(environ: Mapping[str, str], local_world_size: int,
-                        cpu_count: Optional[int]) -> Optional[int]:
+# set by dist_train.sh's torchrun front where the user's environment has no OMP_NUM_THREADS:
+# torchrun then sets 1 for its workers, which is no choice of the user's
+OMP_UNSET_ENV = 'MMDDP_OMP_UNSET'
+
+
+def threads_per_process(environ: Mapping[str, str], local_world_size: int, cpu_count: Optional[int],
+                        workers: int = 0) -> Optional[int]:
     """Intra-op threads for each of ``local_world_size`` processes on a host with ``cpu_count``
-    cores, or None when the user chose (``OMP_NUM_THREADS`` set and not empty).
+    cores and ``workers`` busy DataLoader workers per process, or None when the user chose
+    (``OMP_NUM_THREADS`` set and not empty, and not torchrun's default: :data:`OMP_UNSET_ENV`).
 
-    torchrun sets ``OMP_NUM_THREADS=1`` for several processes per node; processes started by
-    hand or by :func:`mmddp_ext.launch` would otherwise each start one thread per core and
-    oversubscribe the cores (measured on 2 cores: 2.1 s per iteration instead of 0.59 s). The
-    cores are shared: ``cpu_count // local_world_size``, at least 1.
+    Processes started by hand or by :func:`mmddp_ext.launch` would otherwise each start one
+    thread per core and oversubscribe the cores (measured on 2 cores: 2.1 s per iteration
+    instead of 0.59 s); torchrun sets ``OMP_NUM_THREADS=1`` for several processes per node,
+    which leaves cores idle on a larger node. The cores are shared, and each worker takes one:
+    ``cpu_count // local_world_size - workers``, at least 1.
 
-    >>> threads_per_process({}, 2, 16), threads_per_process({'OMP_NUM_THREADS': '4'}, 2, 16)
-    (8, None)
+    >>> threads_per_process({}, 2, 16), threads_per_process({}, 2, 16, workers=2)
+    (8, 6)
+    >>> threads_per_process({'OMP_NUM_THREADS': '4'}, 2, 16)  # the user's
+    >>> threads_per_process({'OMP_NUM_THREADS': '1', OMP_UNSET_ENV: '1'}, 2, 16)  # torchrun's
+    8
     """
-    if environ.get('OMP_NUM_THREADS'):
+    if environ.get('OMP_NUM_THREADS') and environ.get(OMP_UNSET_ENV) != '1':
         return None
-    return max(1, (cpu_count or 1) // max(1, local_world_size))
+    return max(1, (cpu_count or 1) // max(1, local_world_size) - max(0, workers))

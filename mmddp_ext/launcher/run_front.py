@@ -54,6 +54,10 @@ TORCHRUN_SIGNALS = 'SIGINT,SIGHUP,SIGQUIT'
 # Set here once a stop signal was sent on; a worker that torchrun restarts (MAX_RESTARTS) after
 # the stop inherits it, and tools/dist_train.py then exits with STOPPED before training again
 STOP_REQUESTED_ENV = 'MMDDP_STOP_REQUESTED'
+# launcher/env.py's OMP_UNSET_ENV (this script imports no module of the package that imports):
+# the user's environment had no OMP_NUM_THREADS, so the 1 torchrun sets is no choice, and each
+# rank shares the node's cores instead (tools/dist_train.py)
+OMP_UNSET_ENV = 'MMDDP_OMP_UNSET'
 
 
 def failure_records(failures: dict) -> List[dict]:
@@ -257,6 +261,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         f'--master-addr={addr}', f'--master-port={port}',
         f'--rdzv-conf=timeout={math.ceil(timeout)}', *_signal_args(), *rest
     ]
+    if not os.environ.get('OMP_NUM_THREADS'):
+        os.environ[OMP_UNSET_ENV] = '1'
     received = forward_stop_signals()
     try:
         run(parse_args(args))

@@ -9,23 +9,29 @@ from conftest import DEMO_CONFIG
 
 
 @pytest.mark.parametrize(
-    'environ,world,expected',
+    'environ,ranks,world,workers,expected',
     [
         ({
             'OMP_NUM_THREADS': '4'
-        }, 8, 4),  # the user's
-        ({}, 8, 1),  # torchrun and MMEngine set 1 with several ranks
-        ({}, 1, 16),  # one process: torch's own
+        }, 8, 8, 2, 4),  # the user's
+        ({}, 8, 8, 0, 2),  # 16 cores shared by 8 ranks
+        ({}, 4, 8, 2, 2),  # 16 / 4, less 2 workers
+        ({}, 8, 8, 4, 1),  # never below one
+        ({
+            'OMP_NUM_THREADS': '1',
+            'MMDDP_OMP_UNSET': '1'
+        }, 2, 2, 0, 8),  # torchrun's 1, no choice of the user's
+        ({}, 1, 1, 2, 16),  # one process: torch's own
         ({
             'OMP_NUM_THREADS': 'x'
-        }, 1, 16),
+        }, 1, 1, 0, 16),
     ])
-def test_threads_per_rank(environ, world, expected):
-    assert threads_per_rank(environ, world, torch_threads=16) == expected
+def test_threads_per_rank(environ, ranks, world, workers, expected):
+    assert threads_per_rank(environ, ranks, world, 16, workers, torch_threads=16) == expected
 
 
 def test_the_demos_node_section(demo_data, monkeypatch):
-    monkeypatch.delenv('OMP_NUM_THREADS', raising=False)  # several ranks: 1 thread each
+    monkeypatch.delenv('OMP_NUM_THREADS', raising=False)  # the node's cores, shared
     cfg = Config.fromfile(DEMO_CONFIG)
     cfg.train_dataloader.dataset.data_root = demo_data.rstrip('/') + '/'
     cfg.train_dataloader.num_workers = 2
@@ -34,7 +40,8 @@ def test_the_demos_node_section(demo_data, monkeypatch):
     figures = {f['name']: f for f in node['figures']}
     assert list(figures) == ['host memory', 'shared memory', 'threads', 'batchnorm batch']
     assert all(f['need'] is not None for f in figures.values())
-    assert figures['threads']['need'] == 4 * (1 + 2)  # 4 ranks x (1 thread + 2 workers)
+    threads = max(1, node['cpus'] // 4 - 2)  # the cores shared by 4 ranks, less 2 workers each
+    assert figures['threads']['need'] == 4 * (threads + 2)
     assert figures['batchnorm batch']['have'] == 4 and figures['batchnorm batch']['fits'] is False
     lines = render_node(node)
     assert lines[0].startswith('node: 4 rank(s) on each; this node has ')

@@ -1,8 +1,9 @@
 """The launcher-environment reader: one clear error per mistake, torchrun's formulas."""
 import pytest
 
-from mmddp_ext.launcher.env import (DistEnvError, choose_backend, detect_launcher, first_slurm_host,
-                                    read_dist_env, slurm_to_torch, threads_per_process)
+from mmddp_ext.launcher.env import (OMP_UNSET_ENV, DistEnvError, choose_backend, detect_launcher,
+                                    first_slurm_host, read_dist_env, slurm_to_torch,
+                                    threads_per_process)
 
 MASTER = dict(MASTER_ADDR='127.0.0.1', MASTER_PORT='29500')
 
@@ -176,9 +177,29 @@ def test_choose_backend(requested, cuda, backend, warns):
         ({
             'OMP_NUM_THREADS': ''
         }, 2, 16, 8),  # empty: not chosen
+        ({
+            'OMP_NUM_THREADS': '1',
+            OMP_UNSET_ENV: '1'
+        }, 2, 16, 8),  # torchrun's default under dist_train.sh: not chosen
     ])
 def test_threads_per_process(environ, local_world, cores, expected):
     assert threads_per_process(environ, local_world, cores) == expected
+
+
+@pytest.mark.parametrize(
+    'local_world, cores, workers, expected',
+    [
+        (2, 16, 2, 6),  # 8 cores per rank, 2 of them for its workers
+        (8, 64, 4, 4),
+        (2, 2, 2, 1),  # never below one
+    ])
+def test_each_worker_takes_a_core(local_world, cores, workers, expected):
+    assert threads_per_process({}, local_world, cores, workers) == expected
+
+
+def test_the_fronts_marker_is_the_one_the_ranks_read():
+    from mmddp_ext.launcher import run_front
+    assert run_front.OMP_UNSET_ENV == OMP_UNSET_ENV
 
 
 # OpenMPI's variables, as `mpirun -np 4` on 2 hosts sets them for the second process of host 1
