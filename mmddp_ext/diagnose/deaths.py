@@ -2,13 +2,16 @@
 
 The launcher knows the signal (torchrun's ``ProcessFailure``: exit code -9 is SIGKILL); the
 rank's progress file (:mod:`mmddp_ext.diagnose.records`) knows the last iteration it completed
-and its memory then; the kernel log, when it can be read, knows whether the OOM killer chose it.
+and its memory then; the kernel log, and the rank's memory cgroup (its count of OOM kills, then
+and now), when they can be read, know whether the OOM killer chose it.
 """
 import re
 import signal
+import socket
 import subprocess
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
+from ..node.facts import memory_limit, oom_kills
 from ..node.limits import SHM_FIX
 from ..utils.process import host_memory_bytes
 from ..utils.units import format_mib
@@ -50,8 +53,48 @@ def host_memory_total() -> Optional[int]:
         return None
 
 
+def cgroup_count(state: Optional[Dict], host: Optional[str] = None,
+                 read: Callable[[Optional[str]], Optional[int]] = oom_kills) -> Dict:
+    """What the OOM killer of a rank's memory cgroup did during its run: the folder and
+    ``oom_kill`` when the rank started (its progress file) and now, with ``killed`` (how many
+    it ended since); or the folder and ``why`` the count is unknown. Read only on the rank's
+    own host (default: this one)."""
+    state, host = state or {}, host or socket.gethostname()
+    folder, before = state.get('memory_cgroup'), state.get('oom_kills_at_start')
+    if state.get('host') not in (None, host):
+        return dict(folder=folder, why=f'it is read on host {state.get("host")} only')
+    now = read(folder)
+    if folder is None or before is None or now is None:
+        return dict(
+            folder=folder, why='no memory cgroup, or its memory.events / '
+            'memory.oom_control has no oom_kill count'
+            if folder else 'the rank recorded no memory cgroup')
+    return dict(folder=folder, before=before, now=now, killed=max(0, now - before),
+                limit=memory_limit(folder))
+
+
+def cgroup_lines(cgroup: Optional[Dict]) -> List[str]:
+    """One line on the memory cgroup's OOM kills (:func:`cgroup_count`), none without one."""
+    if not cgroup:
+        return []
+    if 'why' in cgroup:
+        return [f"  memory cgroup: its OOM kill count could not be read ({cgroup['why']})"]
+    if cgroup['killed']:
+        limit = '' if cgroup.get('limit') is None else f' (limit {format_mib(cgroup["limit"])})'
+        return [
+            f"  memory cgroup {cgroup['folder']}{limit}: its OOM killer ended "
+            f"{cgroup['killed']} process(es) during this run (oom_kill {cgroup['before']} -> "
+            f"{cgroup['now']})"
+        ]
+    return [
+        f"  memory cgroup {cgroup['folder']}: no OOM kill during this run (oom_kill "
+        f"{cgroup['now']})"
+    ]
+
+
 def death_lines(failure: Dict, state: Optional[Dict], kernel: Optional[List[str]],
-                host_total: Optional[int], native_crash: bool = True) -> List[str]:
+                host_total: Optional[int], native_crash: bool = True,
+                cgroup: Optional[Dict] = None) -> List[str]:
     """The diagnosis of one rank killed by a signal (pure formatting).
 
     Args:
@@ -59,6 +102,7 @@ def death_lines(failure: Dict, state: Optional[Dict], kernel: Optional[List[str]
         state: the rank's progress file, or None.
         kernel: :func:`kernel_log` lines for its pid, or None when unreadable.
         host_total: the host's memory, bytes.
+        cgroup: :func:`cgroup_count` of the rank's memory cgroup, or None.
         native_crash: whether an abort or a segfault is to be called a native crash (not
             when the caller knows why the process aborted).
     """
@@ -78,8 +122,14 @@ def death_lines(failure: Dict, state: Optional[Dict], kernel: Optional[List[str]
                      ('' if state.get('device_allocated') is
                       None else f', device allocated {format_mib(state["device_allocated"])}'))
     if sig == 'SIGKILL':
+        counted = cgroup_lines(cgroup)
         if kernel:
             lines.append(f'  kernel log: {kernel[-1][:200]}')
+        lines += counted
+        if (cgroup or {}).get('killed') or any('Memory cgroup' in ln for ln in kernel or []):
+            lines.append("  cause: the out-of-memory killer of the job's memory cgroup chose "
+                         "this rank: the job's memory limit (host memory, not GPU memory)")
+        elif kernel:
             lines.append("  cause: the host's out-of-memory killer chose this rank")
         else:
             lines.append("  likely: the host's out-of-memory killer (host memory, not GPU "

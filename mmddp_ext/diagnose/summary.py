@@ -19,8 +19,8 @@ from ..utils.io import atomic_write_text
 from ..utils.ranks import group_ranks, ranks_text
 from ..utils.units import format_mib
 from .ddp_errors import ddp_error_lines, mismatch_lines, mismatch_text
-from .deaths import (LAUNCHER_STOP, death_lines, host_memory_total, kernel_log, shared_memory_lines,
-                     signal_name, worker_death_lines)
+from .deaths import (LAUNCHER_STOP, cgroup_count, death_lines, host_memory_total, kernel_log,
+                     shared_memory_lines, signal_name, worker_death_lines)
 from .frames import raise_site_lines, worker_error_line
 from .records import (failure_dir, launch_report_path, ranks_dir, read_failures, read_ranks,
                       stacks_path)
@@ -112,7 +112,7 @@ def _killed_lines(work_dir: str, killed: List[Dict], records: List[Dict],
         [ranks.get(f.get('rank'), {}).get('stderr_tail') or ''
          for f in killed] + [r.get('message', '') for r in records])
     lines = death_lines(first, ranks.get(rank), kernel_log(first.get('pid') or -1),
-                        host_memory_total(), native_crash=not mismatch)
+                        host_memory_total(), not mismatch, cgroup_count(ranks.get(rank)))
     if mismatch:
         lines += mismatch_lines(mismatch)
         done = {r: s.get('completed_iter') for r, s in ranks.items()}

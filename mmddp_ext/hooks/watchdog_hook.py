@@ -15,6 +15,7 @@ from mmengine.registry import HOOKS
 
 from ..diagnose.records import ProgressFile, begin_progress, stacks_path
 from ..gpu import gpus
+from ..node.facts import memory_cgroup, oom_kills
 from ..utils.checks import positive_number
 from ..utils.ticker import Ticker
 
@@ -149,7 +150,8 @@ class HangWatchdogHook(Hook):
                           slurm_node=os.environ.get('SLURMD_NODENAME'),
                           main_thread=threading.main_thread().ident, phase='start',
                           completed_iter=None, slowest_iter_s=None, bound_s=None, time=None,
-                          rss=None, device_allocated=None)
+                          rss=None, device_allocated=None, memory_cgroup=memory_cgroup())
+        self.state['oom_kills_at_start'] = oom_kills(self.state['memory_cgroup'])
         self._stack_file = open(stacks_path(runner.work_dir, rank), 'w')
         self._was_enabled = faulthandler.is_enabled()
         # fatal signals (SIGSEGV, SIGABRT, SIGBUS, SIGFPE) and the launcher's stop signal:

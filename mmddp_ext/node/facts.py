@@ -1,6 +1,7 @@
 """What this node has for a job, read where the kernel says it: host memory (the cgroup's limit
-where one is set, else the RAM), the size of /dev/shm, and the CPU cores this process may run
-on (its affinity, within the cgroup's CPU quota). None where a number cannot be read."""
+where one is set, else the RAM), the size of /dev/shm, the CPU cores this process may run on
+(its affinity, within the cgroup's CPU quota), and how many processes the OOM killer of this
+process's memory cgroup has ended. None where a number cannot be read."""
 import math
 import os
 import os.path as osp
@@ -75,3 +76,50 @@ def _read_number(path: str) -> Optional[int]:
             return int(f.read().strip())
     except (OSError, ValueError):
         return None
+
+
+def memory_cgroup(proc_cgroup: str = '/proc/self/cgroup', root: str = CGROUP) -> Optional[str]:
+    """The folder of this process's memory cgroup: cgroup v1's ``memory`` controller where
+    mounted, else cgroup v2's; the root where the path is not under it (a container's cgroup
+    namespace shows its own cgroup as the root). None where there is none."""
+    try:
+        with open(proc_cgroup) as f:
+            lines = [line.strip().split(':', 2) for line in f if line.count(':') >= 2]
+    except OSError:
+        return None
+    v1 = [path for _, controllers, path in lines if 'memory' in controllers.split(',')]
+    v2 = [path for number, controllers, path in lines if number == '0' and not controllers]
+    for base, paths in ((osp.join(root, 'memory'), v1), (root, v2)):
+        if paths and osp.isdir(base):
+            folder = osp.join(base, paths[0].lstrip('/'))
+            return folder if osp.isdir(folder) else base
+    return None
+
+
+def memory_limit(folder: Optional[str]) -> Optional[int]:
+    """The memory limit of the cgroup at ``folder`` (``memory.max``, v2, or
+    ``memory.limit_in_bytes``, v1), or None where it has none below the host's RAM."""
+    if not folder:
+        return None
+    for name in ('memory.max', 'memory.limit_in_bytes'):
+        limit = _read_number(osp.join(folder, name))
+        if limit is not None:
+            return limit if limit < host_memory_bytes() else None
+    return None
+
+
+def oom_kills(folder: Optional[str]) -> Optional[int]:
+    """Processes the OOM killer has ended in the memory cgroup at ``folder``: ``oom_kill`` of
+    its ``memory.events`` (v2) or ``memory.oom_control`` (v1); None where unreadable."""
+    if not folder:
+        return None
+    for name in ('memory.events', 'memory.oom_control'):
+        try:
+            with open(osp.join(folder, name)) as f:
+                for line in f:
+                    key, _, value = line.partition(' ')
+                    if key == 'oom_kill':
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return None

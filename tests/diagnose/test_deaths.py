@@ -2,7 +2,8 @@
 (its text in torch 2.x: torch/utils/data/_utils/signal_handling.py and dataloader.py)."""
 import pytest
 
-from mmddp_ext.diagnose.deaths import shared_memory_lines, worker_death_lines
+from mmddp_ext.diagnose.deaths import (cgroup_count, cgroup_lines, death_lines, shared_memory_lines,
+                                       worker_death_lines)
 
 
 @pytest.mark.parametrize('message, cause, fix', [
@@ -45,3 +46,39 @@ def test_a_full_dev_shm_is_the_cause(message):
     assert len(lines) == 2 and '/dev/shm is too small' in lines[0]
     assert '--shm-size' in lines[1] and 'num_workers' in lines[1]
     assert shared_memory_lines('Connection closed by peer [127.0.0.1]:8097') == []
+
+
+STATE = dict(host='node1', memory_cgroup='/cg/job', oom_kills_at_start=3, completed_iter=4)
+KILLED = dict(rank=1, pid=77, exitcode=-9, host='node1')
+
+
+def test_the_cgroups_oom_kills_during_the_run_are_the_cause():
+    count = cgroup_count(STATE, 'node1', read=lambda folder: 4)
+    assert count['killed'] == 1 and count['before'] == 3 and count['now'] == 4
+    lines = death_lines(KILLED, STATE, [], None, cgroup=count)
+    text = '\n'.join(lines)
+    assert 'memory cgroup /cg/job' in text and 'ended 1 process(es) during this run' in text
+    assert "cause: the out-of-memory killer of the job's memory cgroup chose this rank" in text
+    assert 'likely:' not in text
+
+
+def test_no_kill_in_the_cgroup_leaves_the_likely_causes():
+    count = cgroup_count(STATE, 'node1', read=lambda folder: 3)
+    text = '\n'.join(death_lines(KILLED, STATE, [], None, cgroup=count))
+    assert 'no OOM kill during this run (oom_kill 3)' in text and 'likely:' in text
+
+
+@pytest.mark.parametrize('state, host, why', [
+    (STATE, 'node0', 'read on host node1 only'),
+    ({
+        **STATE, 'memory_cgroup': None
+    }, 'node1', 'the rank recorded no memory cgroup'),
+    ({
+        **STATE, 'oom_kills_at_start': None
+    }, 'node1', 'has no oom_kill count'),
+])
+def test_what_could_not_be_read_is_said(state, host, why):
+    count = cgroup_count(state, host, read=lambda folder: 4)
+    assert why in count['why']
+    assert cgroup_lines(count)[0].startswith(
+        '  memory cgroup: its OOM kill count could not be read')

@@ -17,12 +17,14 @@ class FaultHook(Hook):
     worker pids), then kills its own process with SIGKILL, as the host's OOM killer does;
     ``'raise'`` raises an ordinary exception (``ValueError``) from the line below;
     ``'kill_worker'`` kills one of its DataLoader workers with SIGKILL (as the host's OOM killer
-    picks a worker) and writes its pid to ``<work_dir>/fault_rank{R}.json``; the rank goes on.
+    picks a worker) and writes its pid to ``<work_dir>/fault_rank{R}.json``; the rank goes on;
+    ``'grow'`` writes its pid there, then fills host memory 64 MiB at a time, up to 8 GiB (a
+    job in a memory cgroup is ended by the cgroup's OOM killer on the way), then raises.
 
     Args:
         rank: the rank that misbehaves.
         at_iter: the iteration, 1-based.
-        fault: ``'stuck'``, ``'sigkill'``, ``'raise'`` or ``'kill_worker'``.
+        fault: ``'stuck'``, ``'sigkill'``, ``'raise'``, ``'kill_worker'`` or ``'grow'``.
     """
 
     def __init__(self, rank: int = 1, at_iter: int = 3, fault: str = 'stuck') -> None:
@@ -47,5 +49,11 @@ class FaultHook(Hook):
             with open(osp.join(runner.work_dir, f'fault_rank{runner.rank}.json'), 'w') as f:
                 json.dump(dict(pid=os.getpid(), worker=worker.pid), f)
             worker.kill()
+        elif self.fault == 'grow':
+            import torch
+            with open(osp.join(runner.work_dir, f'fault_rank{runner.rank}.json'), 'w') as f:
+                json.dump(dict(pid=os.getpid()), f)
+            held = [torch.ones(2**24) for _ in range(128)]  # 64 MiB each, written
+            raise ValueError(f'{len(held) * 64} MiB held and not killed')
         elif self.fault == 'raise':
             raise ValueError(f'injected fault on rank {runner.rank} at iteration {self.at_iter}')
