@@ -1,7 +1,8 @@
 """``NodeLimitsHook``: before the first iteration, each node's /dev/shm and host memory against
 what its ranks' loading needs (:mod:`mmddp_ext.node`), so that a node that cannot hold it is
-named once, with the fix, before the run hangs or a rank is killed there (docs/memory.md, "The
-node's own limits")."""
+named once, with the fix, before the run hangs or a rank is killed there; and the batch the
+model's BatchNorm layers see, where it is below what they need (docs/memory.md, "The node's own
+limits")."""
 import logging
 import random
 import socket
@@ -16,8 +17,8 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from ..node.facts import node_facts
-from ..node.limits import NodeFacts, NodeLoad, node_figures
-from ..node.measure import tensor_bytes
+from ..node.limits import NodeFacts, NodeLoad, batchnorm_warning, node_figures
+from ..node.measure import count_training_batchnorms, tensor_bytes
 from ..utils.log import log_line
 from ..utils.process import rss_bytes
 from ..utils.units import format_bytes
@@ -68,7 +69,10 @@ class NodeLimitsHook(Hook):
     Every rank reads its node (/dev/shm, the cgroup's memory limit), the bytes of one training
     batch (one sample through the pipeline, times the batch size, where
     :func:`sizes_batches`), its DataLoader workers and its own RSS;
-    one gather, and rank 0 logs one warning per node that does not fit, with the fix.
+    one gather, and rank 0 logs one warning per node that does not fit, with the fix. At the
+    first iteration rank 0 also warns where the model's BatchNorm layers that train normalise
+    over fewer than 8 samples per step (the per-device batch, or its micro-batches), with
+    SyncBN as the fix.
     ``dist_train.py --explain`` shows the same figures with a measured worker.
 
     The sample is loaded with the random states of ``random``, NumPy and torch put back
@@ -89,6 +93,8 @@ class NodeLimitsHook(Hook):
             raise ValueError(f'NodeLimitsHook: enabled={enabled!r} must be True or False')
         self.enabled = enabled
         self.warnings: List[str] = []
+        self.bn_warning: Optional[str] = None
+        self._bn_checked = False
 
     def view(self, runner, facts: Optional[NodeFacts] = None) -> Dict[str, Any]:
         """This rank's share of its node's loading, and what the node has (``facts``: read
@@ -108,6 +114,18 @@ class NodeLimitsHook(Hook):
                                         or 2), batch_bytes=batch or 0, rss=rss_bytes(),
                     host_memory=facts.host_memory, shm_size=facts.shm_size)
 
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        """Once, at the first iteration (the model is in training mode now, its frozen
+        BatchNorms in eval mode): rank 0 warns where the BatchNorm layers that train see fewer
+        samples per step than they need."""
+        if self._bn_checked or not self.enabled:
+            return
+        self._bn_checked = True
+        if runner.rank == 0:
+            self.bn_warning = bn_warning(runner)
+            if self.bn_warning:
+                log_line(self.bn_warning, logging.WARNING)
+
     def before_train(self, runner) -> None:
         """Gather every rank's view; rank 0 logs the nodes that cannot hold their loading."""
         if not self.enabled:
@@ -116,6 +134,27 @@ class NodeLimitsHook(Hook):
         self.warnings = node_warnings(views)
         for line in self.warnings:
             log_line(line, logging.WARNING, rank0_only=True)
+
+
+def bn_warning(runner) -> Optional[str]:
+    """:func:`~mmddp_ext.node.limits.batchnorm_warning` for the runner's model at its
+    per-device batch (each micro-batch's, where ``MicrobatchDDP`` splits it)."""
+    model, loader = runner.model, runner.train_dataloader
+    plan = getattr(runner, 'scaling_plan', None)
+    # the plan's; else the loader's, or its batch sampler's (MMDetection's aspect-ratio one)
+    batch = (
+        plan.per_device_batch_size if plan is not None else getattr(loader, 'batch_size', None)
+        or getattr(getattr(loader, 'batch_sampler', None), 'batch_size', None))
+    if not batch:
+        return None
+    micro = int(getattr(model, 'micro_batches', 1) or 1)
+    samples = -(-batch // micro)
+    why = []
+    if getattr(runner, 'batch_probe', None) is not None:
+        why.append(f'the batch finder chose per-device batch {batch}')
+    if micro > 1:
+        why.append(f'{micro} micro-batches of at most {samples}')
+    return batchnorm_warning(count_training_batchnorms(model), samples, '; '.join(why))
 
 
 @contextmanager

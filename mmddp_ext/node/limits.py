@@ -17,6 +17,9 @@ SHM_FIX = ('a larger /dev/shm (docker run --shm-size=8g; on Kubernetes an emptyD
            'Memory at /dev/shm), or fewer batches in flight: fewer workers '
            '(train_dataloader.num_workers) or a smaller train_dataloader.prefetch_factor')
 BN_MIN_BATCH = 8  # samples per BatchNorm below which its statistics get noisy (SyncBN fixes it)
+BN_FIX = ("SyncBN normalises over every rank's samples: sync_bn='torch' in the config "
+          "(--cfg-options sync_bn=torch; MMEngine converts every BatchNorm on GPU ranks), or a "
+          f"per-device batch of at least {BN_MIN_BATCH}")
 
 
 @dataclass(frozen=True)
@@ -137,8 +140,23 @@ def _batchnorm(load: NodeLoad) -> Figure:
         return Figure('batchnorm batch', BN_MIN_BATCH, None, None,
                       'no plain BatchNorm in the model (SyncBN, GroupNorm or none)')
     fits = _fits(BN_MIN_BATCH, load.bn_batch)
-    fix = '' if fits else (
-        'SyncBN normalises over every rank\'s samples: model.backbone.norm_cfg='
-        f"dict(type='SyncBN') (or a per-device batch of at least {BN_MIN_BATCH})")
+    fix = '' if fits else BN_FIX
     return Figure('batchnorm batch', BN_MIN_BATCH, load.bn_batch, fits,
                   f'each BatchNorm layer normalises over {load.bn_batch} sample(s) per device', fix)
+
+
+def batchnorm_warning(layers: int, samples: int, why: str = '') -> Optional[str]:
+    """The warning where ``layers`` BatchNorm layers that train normalise over ``samples`` per
+    device (or per micro-batch), below :data:`BN_MIN_BATCH`; None where they do not (or there
+    are none). ``why``: what set that number (the batch finder, a micro-batch split).
+
+    >>> batchnorm_warning(20, 4, 'the batch finder chose per-device batch 4')[:60]
+    'BatchNorm: 20 layer(s) that train normalise over 4 sample(s) '
+    >>> batchnorm_warning(20, 8) is None and batchnorm_warning(0, 1) is None
+    True
+    """
+    if not layers or samples >= BN_MIN_BATCH:
+        return None
+    return (f'BatchNorm: {layers} layer(s) that train normalise over {samples} sample(s) each '
+            f'step, below {BN_MIN_BATCH}: their batch statistics are noisy and accuracy can '
+            f'drop{f" ({why})" if why else ""}; {BN_FIX}')

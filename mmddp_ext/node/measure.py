@@ -78,4 +78,10 @@ def training_batchnorms(cfg: Any) -> Optional[int]:
     except Exception:
         return None
     model.train()
+    return count_training_batchnorms(model)
+
+
+def count_training_batchnorms(model: torch.nn.Module) -> int:
+    """The plain BatchNorm layers of ``model`` in training mode (a model that is training:
+    its frozen ones, ``norm_eval=True``, are in eval mode; SyncBN is no plain BatchNorm)."""
     return sum(1 for m in model.modules() if isinstance(m, BATCHNORMS) and m.training)

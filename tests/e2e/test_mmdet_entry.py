@@ -68,7 +68,8 @@ def test_mmdet_dist_train_sh_on_cpu(det_data, tmp_path):
     """MMDetection's own dist_train.sh, 2 processes: the plan really drives the data loading.
     The global batch of the name (1xb4) is kept, so each rank loads global / world per iteration
     and an epoch of the training images takes images / global iterations (MMEngine's own
-    per-device semantics would take half as many); the checkpoint records the plan."""
+    per-device semantics would take half as many); the checkpoint records the plan; the
+    BatchNorms that see 2 images per device are warned of."""
     work_dir = str(tmp_path / 'w')
     out = check_ok(
         run([
@@ -79,6 +80,12 @@ def test_mmdet_dist_train_sh_on_cpu(det_data, tmp_path):
     _check_trained(out, 2)
     assert out.count('[mmddp_ext] process group: gloo') == 2  # one per rank, on a CPU
     assert '(the config was tuned for 4)' in out
+    # its ResNet's BatchNorms train (norm_eval=False) on 2 images per device: warned of once,
+    # before the first iteration, with SyncBN as the fix (MMPose's demo: test_batchnorm_batch)
+    warned = re.findall(
+        r'BatchNorm: (\d+) layer\(s\) that train normalise over 2 sample\(s\) '
+        r"each step, below 8.*sync_bn='torch'", out)
+    assert len(warned) == 1 and int(warned[0]) > 0, out[-4000:]
     images = len(json.load(open(osp.join(det_data, 'annotations', 'train.json')))['images'])
     iters = math.ceil(images / 4)
     assert iters == 6  # 24 images, global 4: not 12, as 2 per device would give

@@ -146,6 +146,11 @@ def test_batch_probe_agrees_on_the_tightest_rank_and_is_reused(demo_data, tmp_pa
                                   out).groups())
     assert per_device <= found and per_device * accumulation == 32
     assert 'training goes on with per-device batch' not in out  # the found batch just trains
+    # the demo's BatchNorms train: a found batch below 8 is said to be the finder's choice
+    finder_bn = (f'normalise over {per_device} sample(s) each step, below 8: their batch '
+                 f'statistics are noisy and accuracy can drop (the batch finder chose '
+                 f'per-device batch {per_device})')
+    assert (finder_bn in out) == (per_device < 8), out[-4000:]
     recs = read_records(records)
     assert recs[0]['batch_sizes'] == recs[1]['batch_sizes'] and recs[0]['batch_sizes']
     assert set(recs[0]['batch_sizes']) == {per_device}
@@ -328,6 +333,11 @@ def test_a_real_out_of_memory_step_is_redone_as_micro_batches(demo_data, tmp_pat
     assert out.index('out of memory on rank(s) [1] during a step') > limited  # after the cap
     assert splits == sorted(set(splits)) and splits[0] == 2  # halved, never redone at a level
     assert 'even with micro-batches of 1' not in out
+    # the guard says when its micro-batches leave the demo's BatchNorms fewer than 8 samples
+    # (the split training goes on with: the ScalingHook speaks after the iteration)
+    size = math.ceil(16 / max(splits))
+    said = f'normalise over {size} sample(s) each step, below 8' in out
+    assert said == (size < 8), (splits, out[-4000:])
     assert 'Epoch(train) [3][2/2]' in out
     recs = read_records(records)
     assert recs[0]['batch_sizes'] == recs[1]['batch_sizes'] == [16] * 6

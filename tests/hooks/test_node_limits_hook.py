@@ -6,9 +6,9 @@ import random
 
 import numpy as np
 import torch
-from mmengine.registry import DATASETS
+from mmengine.registry import DATASETS, MODELS
 from mmengine.testing import RunnerTestCase
-from mmengine.testing.runner_test_case import ToyDataset
+from mmengine.testing.runner_test_case import ToyDataset, ToyModel
 
 from mmddp_ext.hooks import NodeLimitsHook
 from mmddp_ext.hooks.node_limits_hook import node_warnings
@@ -54,7 +54,43 @@ def _states():
     return random.getstate(), np.random.get_state()[1].tolist(), torch.get_rng_state().tolist()
 
 
+@MODELS.register_module(force=True)
+class ToyBNModel(ToyModel):
+    """The toy model with a BatchNorm that trains, or that ``train()`` freezes (norm_eval)."""
+
+    def __init__(self, frozen: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.bn = torch.nn.BatchNorm1d(2)
+        self.frozen = frozen
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if self.frozen:
+            self.bn.eval()
+        return self
+
+    def forward(self, inputs, data_samples=None, mode='tensor'):
+        inputs = torch.stack(inputs) if isinstance(inputs, list) else inputs
+        return super().forward(self.bn(inputs), data_samples, mode)
+
+
 class TestNodeLimitsHook(RunnerTestCase):
+
+    def test_a_batchnorm_that_trains_on_few_samples_is_warned_once_frozen_ones_not(self):
+        for frozen, expected in ((False, 'BatchNorm: 1 layer(s) that train normalise over 2 '
+                                  'sample(s) each step, below 8'), (True, None)):
+            cfg = copy.deepcopy(self.epoch_based_cfg)
+            cfg.experiment_name += f'_bn{frozen}'
+            cfg.model = dict(type='ToyBNModel', frozen=frozen)
+            cfg.custom_hooks = [dict(type='NodeLimitsHook')]
+            cfg.train_dataloader.batch_size = 2
+            runner = self.build_runner(cfg)
+            runner.train()
+            hook = next(h for h in runner.hooks if isinstance(h, NodeLimitsHook))
+            if expected is None:
+                assert hook.bn_warning is None
+            else:
+                assert hook.bn_warning.startswith(expected) and "sync_bn='torch'" in hook.bn_warning
 
     def test_the_view_loads_a_sample_only_where_shm_may_be_short(self):
         small = NodeFacts(host_memory=64 * GIB, shm_size=64 * MIB)  # Docker's default

@@ -2,7 +2,7 @@
 fit."""
 import pytest
 
-from mmddp_ext.node.limits import BN_MIN_BATCH, NodeFacts, NodeLoad, node_figures
+from mmddp_ext.node.limits import BN_MIN_BATCH, NodeFacts, NodeLoad, batchnorm_warning, node_figures
 
 MIB, GIB = 2**20, 2**30
 
@@ -74,7 +74,7 @@ def test_busy_threads_against_the_cores(ranks, threads, workers, cores, fits, fi
 def test_batchnorm_below_the_threshold_names_syncbn(bn_batch, fits):
     figure = _by_name(NodeLoad(4, 2, bn_batch=bn_batch), NodeFacts())['batchnorm batch']
     assert figure.fits is fits and figure.need == BN_MIN_BATCH and figure.have == bn_batch
-    assert ("dict(type='SyncBN')" in figure.fix) == (fits is False)
+    assert ("sync_bn='torch'" in figure.fix) == (fits is False)
 
 
 def test_figures_are_plain_data_in_a_fixed_order():
@@ -82,3 +82,19 @@ def test_figures_are_plain_data_in_a_fixed_order():
     assert [f.name
             for f in figures] == ['host memory', 'shared memory', 'threads', 'batchnorm batch']
     assert set(figures[0].to_dict()) == {'name', 'need', 'have', 'fits', 'how', 'fix'}
+
+
+@pytest.mark.parametrize(
+    'layers, samples, why, warned',
+    [
+        (20, 4, 'the batch finder chose per-device batch 4', True),
+        (20, 7, '', True),
+        (20, 8, '', False),  # enough
+        (0, 1, '', False),  # no BatchNorm that trains
+    ])
+def test_the_batchnorm_warning(layers, samples, why, warned):
+    text = batchnorm_warning(layers, samples, why)
+    assert (text is not None) == warned
+    if warned:
+        assert f'{layers} layer(s) that train normalise over {samples} sample(s)' in text
+        assert "sync_bn='torch'" in text and (why in text)
