@@ -20,20 +20,21 @@ def node_facts(shm: str = '/dev/shm', cgroup: str = CGROUP) -> NodeFacts:
 
 def shm_size(path: str = '/dev/shm') -> Optional[int]:
     """Bytes of the file system at ``path`` (/dev/shm), or None where there is none."""
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return None
-    return st.f_blocks * st.f_frsize
+    st = _statvfs(path)
+    return None if st is None else st.f_blocks * st.f_frsize
 
 
 def shm_free(path: str = '/dev/shm') -> Optional[int]:
     """Bytes free at ``path`` (/dev/shm), or None where there is none."""
+    st = _statvfs(path)
+    return None if st is None else st.f_bavail * st.f_frsize
+
+
+def _statvfs(path: str) -> Optional[os.statvfs_result]:
     try:
-        st = os.statvfs(path)
+        return os.statvfs(path)
     except OSError:
         return None
-    return st.f_bavail * st.f_frsize
 
 
 def host_memory(cgroup: str = CGROUP) -> int:
