@@ -52,7 +52,7 @@ def share_cores(env: DistEnv, cfg: Config) -> List[str]:
     node's cores, less one per DataLoader worker (:func:`threads_per_process`); the note to
     log, or none. Set before the runner is built: MMEngine's ``setup_env`` then finds
     ``OMP_NUM_THREADS`` set and leaves it."""
-    workers = int(cfg.get('train_dataloader', {}).get('num_workers', 0) or 0)
+    workers = int((cfg.get('train_dataloader') or {}).get('num_workers', 0) or 0)
     cores = cpus()
     threads = threads_per_process(os.environ, env.local_world_size, cores, workers)
     if not env.distributed or threads is None:
