@@ -117,7 +117,9 @@ def death_lines(failure: Dict, state: Optional[Dict], kernel: Optional[List[str]
         'no Python exception, so no traceback'
     ]
     if state.get('rss') is not None:
-        total = '' if host_total is None else f' of {format_mib(host_total)} host memory'
+        limit = (cgroup or {}).get('limit')
+        total = (f" of its memory cgroup's limit, {format_mib(limit)}" if limit else
+                 '' if host_total is None else f' of {format_mib(host_total)} host memory')
         lines.append(f'  last memory sample: host RSS {format_mib(state["rss"])}{total}' +
                      ('' if state.get('device_allocated') is
                       None else f', device allocated {format_mib(state["device_allocated"])}'))

@@ -7,6 +7,7 @@ from typing import List, Optional
 
 from ..utils.config import add_work_dir_arguments, default_work_dir, load_config
 from . import summary
+from .records import keep_launch_report
 
 
 def work_dir_from_train_args(argv: List[str]) -> str:
@@ -36,8 +37,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if bool(args.work_dir) == bool(args.train_args):
         p.error('give either WORK_DIR or --train-args CONFIG [ARGS...]')
     work_dir = args.work_dir or work_dir_from_train_args(args.train_args)
-    launch = summary.keep_launch_report(work_dir,
-                                        args.launch_report) if args.launch_report else None
+    launch = keep_launch_report(work_dir, args.launch_report) if args.launch_report else None
     if not osp.isdir(work_dir) and not launch:
         print(
             f'mmddp_ext diagnosis: work dir {osp.abspath(work_dir)} does not exist: the run '

@@ -213,3 +213,31 @@ def read_ranks(work_dir: str) -> Dict[int, Dict[str, Any]]:
         state['stderr_tail'] = stderr_tail(stderr_path(work_dir, rank))
         out[rank] = state
     return out
+
+
+def read_launch_report(work_dir: str) -> List[Dict]:
+    """The launcher's report kept in ``work_dir`` (:func:`keep_launch_report`), [] where none."""
+    try:
+        with open(launch_report_path(work_dir)) as f:
+            data = json.load(f)
+        return data if isinstance(data, list) else []
+    except (OSError, ValueError):
+        return []
+
+
+def keep_launch_report(work_dir: str, path: str) -> List[Dict]:
+    """Read the launcher's report and keep a copy in ``work_dir`` for later diagnoses."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return []
+    if not isinstance(data, list):
+        return []
+    if osp.isdir(work_dir):
+        try:
+            os.makedirs(ranks_dir(work_dir), exist_ok=True)
+            atomic_write_text(launch_report_path(work_dir), json.dumps(data))
+        except OSError:
+            pass
+    return data

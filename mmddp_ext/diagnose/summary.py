@@ -7,22 +7,19 @@ failure looks like'; docs/reliability.md, 'What a failure looks like: a stuck ra
 failure looks like: a rank killed by a signal'.
 """
 import datetime
-import json
-import os
 import os.path as osp
 import re
 from typing import Dict, List, Optional
 
 from ..oom.advice import oom_advice
 from ..oom.classify import is_oom
-from ..utils.io import atomic_write_text
 from ..utils.ranks import group_ranks, ranks_text
 from ..utils.units import format_mib
 from .ddp_errors import ddp_error_lines, mismatch_lines, mismatch_text
 from .deaths import (LAUNCHER_STOP, cgroup_count, death_lines, host_memory_total, kernel_log,
                      shared_memory_lines, signal_name, worker_death_lines)
 from .frames import raise_site_lines, worker_error_line
-from .records import (failure_dir, launch_report_path, ranks_dir, read_failures, read_ranks,
+from .records import (failure_dir, ranks_dir, read_failures, read_launch_report, read_ranks,
                       stacks_path)
 from .stacks import main_frames, parse_dump, split_ranks
 
@@ -80,7 +77,7 @@ def summarize(work_dir: str, records: Optional[List[Dict]] = None,
     """
     records = read_failures(work_dir) if records is None else records
     ranks = _current_run(read_ranks(work_dir) if ranks is None else ranks)
-    launch = _read_launch(work_dir) if launch is None else launch
+    launch = read_launch_report(work_dir) if launch is None else launch
     head = [f'==== mmddp_ext diagnosis of {osp.abspath(work_dir)} ====']
     killed = _killed(launch, records)
     if killed:  # no Python exception: the signal is the news, whatever the others raised
@@ -358,33 +355,6 @@ def _seconds(hms: str) -> str:
         return f'{int(h) * 3600 + int(m) * 60 + float(sec):.0f} s'
     except ValueError:
         return hms
-
-
-def _read_launch(work_dir: str) -> List[Dict]:
-    try:
-        with open(launch_report_path(work_dir)) as f:
-            data = json.load(f)
-        return data if isinstance(data, list) else []
-    except (OSError, ValueError):
-        return []
-
-
-def keep_launch_report(work_dir: str, path: str) -> List[Dict]:
-    """Read the launcher's report and keep a copy in ``work_dir`` for later diagnoses."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return []
-    if not isinstance(data, list):
-        return []
-    if osp.isdir(work_dir):
-        try:
-            os.makedirs(ranks_dir(work_dir), exist_ok=True)
-            atomic_write_text(launch_report_path(work_dir), json.dumps(data))
-        except OSError:
-            pass
-    return data
 
 
 def _memory_lines(record: Dict) -> List[str]:

@@ -73,5 +73,6 @@ def test_a_rank_ended_by_the_cgroups_oom_killer_is_named_with_the_count(demo_dat
         screen
     assert f'memory cgroup {folder} (limit 3072 MiB): its OOM killer ended 1 process(es) during ' \
         'this run (oom_kill 0 -> 1)' in screen, screen
+    assert "host RSS" in screen and "of its memory cgroup's limit, 3072 MiB" in screen, screen
     assert "cause: the out-of-memory killer of the job's memory cgroup chose this rank" in screen
     assert 'fix: if memory: fewer DataLoader workers' in screen
