@@ -54,15 +54,18 @@ def share_cores(env: DistEnv, cfg: Config) -> List[str]:
     ``OMP_NUM_THREADS`` set and leaves it."""
     workers = int((cfg.get('train_dataloader') or {}).get('num_workers', 0) or 0)
     cores = cpus()
-    threads = threads_per_process(os.environ, env.local_world_size, cores, workers)
+    threads = threads_per_process(os.environ, env.local_world_size, cores, workers, env.launcher)
     if not env.distributed or threads is None:
         return []
     os.environ['OMP_NUM_THREADS'] = str(threads)  # for processes started later
     torch.set_num_threads(threads)
     each = f', less its {workers} DataLoader worker(s)' if workers else ''
+    task = os.environ.get('SLURM_CPUS_PER_TASK', '')
+    shared = (f'{task} CPUs of its Slurm task' if env.launcher == 'slurm' and task.isdigit() else
+              f'{cores} cores shared by {env.local_world_size} processes on this node')
     return [
-        f'threads per process: {threads} ({cores} cores shared by {env.local_world_size} '
-        f'processes on this node{each}; OMP_NUM_THREADS was not set; set it to choose)'
+        f'threads per process: {threads} ({shared}{each}; OMP_NUM_THREADS was not set; set it '
+        'to choose)'
     ]
 
 

@@ -353,7 +353,7 @@ OMP_UNSET_ENV = 'MMDDP_OMP_UNSET'
 
 
 def threads_per_process(environ: Mapping[str, str], local_world_size: int, cpu_count: Optional[int],
-                        workers: int = 0) -> Optional[int]:
+                        workers: int = 0, launcher: str = 'pytorch') -> Optional[int]:
     """Intra-op threads for each of ``local_world_size`` processes on a host with ``cpu_count``
     cores and ``workers`` busy DataLoader workers per process, or None when the user chose
     (``OMP_NUM_THREADS`` set and not empty, and not torchrun's default: :data:`OMP_UNSET_ENV`).
@@ -362,14 +362,24 @@ def threads_per_process(environ: Mapping[str, str], local_world_size: int, cpu_c
     thread per core and oversubscribe the cores (measured on 2 cores: 2.1 s per iteration
     instead of 0.59 s); torchrun sets ``OMP_NUM_THREADS=1`` for several processes per node,
     which leaves cores idle on a larger node. The cores are shared, and each worker takes one:
-    ``cpu_count // local_world_size - workers``, at least 1.
+    ``cpu_count // local_world_size - workers``, at least 1. A rank that srun started as a task
+    of its own (``launcher='slurm'``) has its task's CPUs instead, where Slurm says how many
+    (``SLURM_CPUS_PER_TASK``, ``--cpus-per-task``; tools/slurm_train.sh asks 5):
+    ``min(cpu_count, SLURM_CPUS_PER_TASK) - workers``.
 
     >>> threads_per_process({}, 2, 16), threads_per_process({}, 2, 16, workers=2)
     (8, 6)
     >>> threads_per_process({'OMP_NUM_THREADS': '4'}, 2, 16)  # the user's
     >>> threads_per_process({'OMP_NUM_THREADS': '1', OMP_UNSET_ENV: '1'}, 2, 16)  # torchrun's
     8
+    >>> threads_per_process({'SLURM_CPUS_PER_TASK': '5'}, 8, 64, workers=2, launcher='slurm')
+    3
     """
     if environ.get('OMP_NUM_THREADS') and environ.get(OMP_UNSET_ENV) != '1':
         return None
-    return max(1, (cpu_count or 1) // max(1, local_world_size) - max(0, workers))
+    task = environ.get('SLURM_CPUS_PER_TASK', '')
+    if launcher == 'slurm' and task.isdigit() and int(task) > 0:  # the task's own CPUs
+        share = min(int(task), cpu_count or int(task))
+    else:
+        share = (cpu_count or 1) // max(1, local_world_size)
+    return max(1, share - max(0, workers))

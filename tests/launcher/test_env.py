@@ -197,6 +197,19 @@ def test_each_worker_takes_a_core(local_world, cores, workers, expected):
     assert threads_per_process({}, local_world, cores, workers) == expected
 
 
+@pytest.mark.parametrize(
+    'launcher, per_task, cores, workers, expected',
+    [
+        ('slurm', '5', 64, 2, 3),  # slurm_train.sh's 5 CPUs per task, whatever the node has
+        ('slurm', '5', 4, 0, 4),  # never more than the task may run on
+        ('slurm', '', 64, 2, 6),  # no --cpus-per-task: the node's cores, shared by 8
+        ('pytorch', '5', 64, 2, 6),  # torchrun inside one Slurm task: its ranks share the task
+    ])
+def test_a_slurm_task_has_its_own_cpus(launcher, per_task, cores, workers, expected):
+    environ = {'SLURM_CPUS_PER_TASK': per_task}
+    assert threads_per_process(environ, 8, cores, workers, launcher) == expected
+
+
 def test_the_fronts_marker_is_the_one_the_ranks_read():
     from mmddp_ext.launcher import run_front
     assert run_front.OMP_UNSET_ENV == OMP_UNSET_ENV

@@ -87,7 +87,7 @@ def test_sbatch_script_trains_across_two_nodes(slurm, demo_data, tmp_path):
 @pytest.mark.parametrize('partition, gpus, per_node', [('cpu', 2, 1), ('gpu', 2, 2)])
 def test_slurm_train_sh(slurm, demo_data, tmp_path, partition, gpus, per_node):
     """No GRES is configured on either partition: no --gres is asked (Slurm would refuse it),
-    and GPUS_PER_NODE still sets the tasks per node."""
+    and GPUS_PER_NODE still sets the tasks per node; CPUS_PER_TASK sets each rank's threads."""
     work = str(tmp_path / 'w')
     out = check_ok(
         run([
@@ -95,7 +95,9 @@ def test_slurm_train_sh(slurm, demo_data, tmp_path, partition, gpus, per_node):
             osp.join(ROOT, 'tools', 'slurm_train.sh'), partition, 'demo', DEMO_CONFIG, work,
             *demo_options(demo_data, 1)
         ], env=dict(SLURM_CONF=slurm.conf, GPUS=str(gpus), GPUS_PER_NODE=str(per_node),
-                    CPUS_PER_TASK='1')))
+                    CPUS_PER_TASK='1', OMP_NUM_THREADS='')))
+    # no thread count chosen: each rank computes with its task's CPUs (--cpus-per-task)
+    assert 'threads per process: 1 (1 CPUs of its Slurm task; OMP_NUM_THREADS was not set' in out
     assert (f"partition '{partition}' has no GPUs configured as GRES (sinfo -o %G): no --gres "
             f'asked; {per_node} task(s) per node') in out
     _check_trained(out, work, nodes=gpus // per_node, per_node=per_node)
