@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
+from ..utils.checks import true_or_false
 from .collective import agree_or_stop, view_of
 
 
@@ -49,9 +50,7 @@ class AgreementHook(Hook):
     priority = 'VERY_HIGH'
 
     def __init__(self, enabled: bool = True) -> None:
-        if not isinstance(enabled, bool):
-            raise ValueError(f'AgreementHook: enabled={enabled!r} must be True or False')
-        self.enabled = enabled
+        self.enabled = true_or_false('AgreementHook: enabled', enabled)
         self.seconds: Optional[float] = None
         self.summaries: List[Dict[str, Any]] = []
 

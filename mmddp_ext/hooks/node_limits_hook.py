@@ -19,6 +19,7 @@ from mmengine.registry import HOOKS
 from ..node.facts import node_facts
 from ..node.limits import NodeFacts, NodeLoad, batchnorm_warning, node_figures
 from ..node.measure import count_training_batchnorms, tensor_bytes
+from ..utils.checks import true_or_false
 from ..utils.log import log_line
 from ..utils.process import rss_bytes
 from ..utils.units import format_bytes
@@ -89,9 +90,7 @@ class NodeLimitsHook(Hook):
     priority = 'LOW'
 
     def __init__(self, enabled: bool = True) -> None:
-        if not isinstance(enabled, bool):
-            raise ValueError(f'NodeLimitsHook: enabled={enabled!r} must be True or False')
-        self.enabled = enabled
+        self.enabled = true_or_false('NodeLimitsHook: enabled', enabled)
         self.warnings: List[str] = []
         self.bn_warning: Optional[str] = None
         self._bn_checked = False

@@ -1,4 +1,5 @@
-"""Positive-value checks, in one place: the predicates and the ``ValueError`` they back.
+"""Positive-value and True-or-False checks, in one place: the predicates and the ``ValueError``
+they back.
 
 ``bool`` is never a number here (``True`` would pass as 1 and ``False`` as 0 and hide a
 mistake), and nothing is converted: ``'3'`` and ``3.0`` are not ints. Messages read
@@ -77,6 +78,14 @@ def positive_number(name: str, value: T, what: str = 'a positive number', hint: 
     """
     if not is_positive_number(value, finite):
         raise _must_be(name, value, what, hint, error)
+    return value
+
+
+def true_or_false(name: str, value: T, error: Type[Exception] = ValueError) -> T:
+    """``value`` unchanged when it is a ``bool``; else raise ``<name>=<value!r> must be True or
+    False`` (``0``, ``1`` and ``'false'`` are not taken for one)."""
+    if not isinstance(value, bool):
+        raise _must_be(name, value, 'True or False', '', error)
     return value
 
 

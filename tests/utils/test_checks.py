@@ -1,12 +1,13 @@
 """Positive-value checks (pure): what passes, what fails, and the messages callers keep."""
 import os.path as osp
+import re
 import subprocess
 import sys
 
 import pytest
 
 from mmddp_ext.utils.checks import (is_positive_int, is_positive_number, positive_int,
-                                    positive_number)
+                                    positive_number, true_or_false)
 
 CHECKS = osp.join(
     osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))), 'mmddp_ext', 'utils', 'checks.py')
@@ -120,3 +121,15 @@ def test_loads_with_the_standard_library_only():
     proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == '[]'
+
+
+@pytest.mark.parametrize('value', [True, False])
+def test_a_bool_is_true_or_false(value):
+    assert true_or_false('SomeHook: enabled', value) is value
+
+
+@pytest.mark.parametrize('value', [0, 1, 'false', None])
+def test_anything_else_is_named(value):
+    with pytest.raises(ValueError, match=re.escape(f'SomeHook: enabled={value!r} must be True or '
+                                                   'False')):
+        true_or_false('SomeHook: enabled', value)
