@@ -10,11 +10,10 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from ..memory.budget import held_bytes
-from ..node.limits import batchnorm_warning
-from ..node.measure import count_training_batchnorms
 from ..scaling.report import plan_table
 from ..scaling.resume import convert_checkpoint, resume_factor
 from ..utils.units import format_mib
+from .node_limits_hook import bn_warning
 
 META_KEY = 'scaling_plan'
 
@@ -131,8 +130,7 @@ class ScalingHook(Hook):
                 f'[mmddp_ext] out of memory at iteration {runner.iter + 1}; training goes on '
                 f'with per-device batch {batch} run as {micro} micro-batches of at most {now} '
                 f'samples (global batch {plan.global_batch_size} and LR unchanged)')
-            lowered = batchnorm_warning(
-                count_training_batchnorms(model), now, f'{micro} micro-batches of at most {now}')
+            lowered = bn_warning(runner)  # its BatchNorms now see a micro-batch
             if lowered:
                 runner.logger.warning(f'[mmddp_ext] {lowered}')
         stored = getattr(runner, 'batch_probe', None)
