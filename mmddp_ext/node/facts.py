@@ -39,11 +39,8 @@ def _statvfs(path: str) -> Optional[os.statvfs_result]:
 
 def host_memory(cgroup: str = CGROUP) -> int:
     """The RAM, or the cgroup's memory limit where that is lower (a container's)."""
-    total = host_memory_bytes()
-    limit = _read_number(osp.join(cgroup, 'memory.max'))  # cgroup v2
-    if limit is None:
-        limit = _read_number(osp.join(cgroup, 'memory', 'memory.limit_in_bytes'))  # v1
-    return min(total, limit) if limit else total
+    limit = memory_limit(cgroup) or memory_limit(osp.join(cgroup, 'memory'))  # v2, else v1
+    return limit or host_memory_bytes()
 
 
 def cpus(cgroup: str = CGROUP) -> Optional[int]:
