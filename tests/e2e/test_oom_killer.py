@@ -1,8 +1,9 @@
 """A rank ended by the OOM killer of the job's memory cgroup: the demo on 2 processes under
-``bash tools/dist_train.sh``, with its own DataLoader workers, in a memory cgroup of its own
-(3 GiB, no swap), and rank 1 filling host memory at iteration 2. The kernel's OOM killer ends
-rank 1 with SIGKILL; the screen names the rank, the cgroup's count of OOM kills during the run
-and the cause. Skipped where no memory cgroup can be made (cgroup v1 or v2, as root)."""
+``bash tools/dist_train.sh``, with its own DataLoader workers, in a memory cgroup of its own;
+at iteration 2 rank 1 limits the cgroup to what the job uses then plus 1 GiB (measured there,
+without swap) and fills host memory. The kernel's OOM killer ends rank 1 with SIGKILL; the
+screen names the rank, the cgroup's count of OOM kills during the run, its limit and the cause.
+Skipped where no memory cgroup can be made (cgroup v1 or v2, as root)."""
 import json
 import os
 import os.path as osp
@@ -12,29 +13,22 @@ import uuid
 import pytest
 
 from mmddp_ext.node.facts import memory_cgroup
+from mmddp_ext.utils.units import format_mib
 
 from conftest import DEMO_WORKERS, demo_options, demo_with_hooks, run
 
-LIMIT = 3 * 2**30
-
 
 def _make_cgroup() -> str:
-    """A child of this process's memory cgroup, limited to LIMIT without swap; '' if none."""
+    """A child of this process's memory cgroup (the test's hook limits it); '' if none."""
     parent = memory_cgroup()
     if not parent:
         return ''
     folder = osp.join(parent, f'mmddp_test_{uuid.uuid4().hex[:8]}')
     try:
         os.mkdir(folder)
-        v2 = osp.exists(osp.join(folder, 'memory.max'))
-        settings = ([('memory.max', LIMIT),
-                     ('memory.swap.max', 0)] if v2 else [('memory.limit_in_bytes', LIMIT),
-                                                         ('memory.memsw.limit_in_bytes', LIMIT)])
-        for name, value in settings:
-            if osp.exists(osp.join(folder, name)):
-                with open(osp.join(folder, name), 'w') as f:
-                    f.write(str(value))
     except OSError:
+        return ''
+    if not osp.exists(osp.join(folder, 'cgroup.procs')):
         _remove(folder)
         return ''
     return folder
@@ -61,7 +55,8 @@ def test_a_rank_ended_by_the_cgroups_oom_killer_is_named_with_the_count(demo_dat
         opts = demo_options(demo_data, 2, **DEMO_WORKERS)
         procs = osp.join(folder, 'cgroup.procs')
         script = f'echo $$ > {procs} && exec bash tools/dist_train.sh "$@"'
-        proc = run(['bash', '-c', script, 'job', cfg, '2', '--work-dir', work, *opts], timeout=600)
+        proc = run(['bash', '-c', script, 'job', cfg, '2', '--work-dir', work, *opts], timeout=600,
+                   env=dict(MMDDP_TEST_CGROUP=folder))
     finally:
         _remove(folder)
     out = proc.stdout
@@ -69,10 +64,11 @@ def test_a_rank_ended_by_the_cgroups_oom_killer_is_named_with_the_count(demo_dat
     assert 'held and not killed' not in out, out[-5000:]  # the limit held
     fault = json.load(open(osp.join(work, 'fault_rank1.json')))
     screen = out[out.index('==== mmddp_ext diagnosis'):]
+    limit = format_mib(fault['limit'])  # what the job used at iteration 2, plus 1 GiB
     assert f'pid {fault["pid"]}) was killed by SIGKILL after completing iteration 1' in screen, \
         screen
-    assert f'memory cgroup {folder} (limit 3072 MiB): its OOM killer ended 1 process(es) during ' \
+    assert f'memory cgroup {folder} (limit {limit}): its OOM killer ended 1 process(es) during ' \
         'this run (oom_kill 0 -> 1)' in screen, screen
-    assert "host RSS" in screen and "of its memory cgroup's limit, 3072 MiB" in screen, screen
+    assert "host RSS" in screen and f"of its memory cgroup's limit, {limit}" in screen, screen
     assert "cause: the out-of-memory killer of the job's memory cgroup chose this rank" in screen
     assert 'fix: if memory: fewer DataLoader workers' in screen

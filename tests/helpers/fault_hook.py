@@ -18,8 +18,10 @@ class FaultHook(Hook):
     ``'raise'`` raises an ordinary exception (``ValueError``) from the line below;
     ``'kill_worker'`` kills one of its DataLoader workers with SIGKILL (as the host's OOM killer
     picks a worker) and writes its pid to ``<work_dir>/fault_rank{R}.json``; the rank goes on;
-    ``'grow'`` writes its pid there, then fills host memory 64 MiB at a time, up to 8 GiB (a
-    job in a memory cgroup is ended by the cgroup's OOM killer on the way), then raises.
+    ``'grow'`` first limits the memory cgroup named by ``$MMDDP_TEST_CGROUP`` (when set) to what
+    the job uses at that moment plus 1 GiB, without swap, writes its pid and that limit there,
+    then fills host memory 64 MiB at a time, up to 8 GiB (the cgroup's OOM killer ends it on
+    the way), then raises.
 
     Args:
         rank: the rank that misbehaves.
@@ -51,9 +53,28 @@ class FaultHook(Hook):
             worker.kill()
         elif self.fault == 'grow':
             import torch
+            limit = _limit_cgroup(os.environ.get('MMDDP_TEST_CGROUP'))
             with open(osp.join(runner.work_dir, f'fault_rank{runner.rank}.json'), 'w') as f:
-                json.dump(dict(pid=os.getpid()), f)
+                json.dump(dict(pid=os.getpid(), limit=limit), f)
             held = [torch.ones(2**24) for _ in range(128)]  # 64 MiB each, written
             raise ValueError(f'{len(held) * 64} MiB held and not killed')
         elif self.fault == 'raise':
             raise ValueError(f'injected fault on rank {runner.rank} at iteration {self.at_iter}')
+
+
+def _limit_cgroup(folder):
+    """Limit the memory cgroup at ``folder`` (v2 or v1) to its usage now plus 1 GiB, without
+    swap; returns the limit in bytes (None without a folder)."""
+    if not folder:
+        return None
+    v2 = osp.exists(osp.join(folder, 'memory.max'))
+    with open(osp.join(folder, 'memory.current' if v2 else 'memory.usage_in_bytes')) as f:
+        limit = int(f.read()) + 2**30
+    settings = ([('memory.max', limit),
+                 ('memory.swap.max', 0)] if v2 else [('memory.limit_in_bytes', limit),
+                                                     ('memory.memsw.limit_in_bytes', limit)])
+    for name, value in settings:
+        if osp.exists(osp.join(folder, name)):
+            with open(osp.join(folder, name), 'w') as f:
+                f.write(str(value))
+    return limit
