@@ -18,15 +18,22 @@ from mmengine.utils import get_installed_path
 from ..errors import ConfigFileNotFound
 
 SCOPE = 'mmddp_ext'
+# What MMEngine's ``get_installed_path`` is asked for when it resolves ``mmddp_ext::``: a module
+# name that is no distribution's, so MMEngine takes the folder from ``importlib`` (the module's
+# own file), which is right for every way of installing. The distribution's name would make it
+# join the distribution's location and ``mmddp_ext``, a folder that a PEP 660 editable install
+# (``pip install -e .`` with modern pip and setuptools) never creates.
+SCOPE_MODULE = 'mmddp_ext.version'
 
 
 def register_config_scope() -> None:
-    """Add ``mmddp_ext`` to MMEngine's ``MODULE2PACKAGE`` so ``mmddp_ext::`` paths resolve.
+    """Add ``mmddp_ext`` to MMEngine's ``MODULE2PACKAGE`` so ``mmddp_ext::`` paths resolve to
+    ``<package folder>/.mim/configs`` however the package was installed (editable, a wheel).
 
     Idempotent; this is the only thing importing ``mmddp_ext`` changes in MMEngine's config
     machinery.
     """
-    MODULE2PACKAGE.setdefault(SCOPE, SCOPE)
+    MODULE2PACKAGE[SCOPE] = SCOPE_MODULE
 
 
 def resolve_config_path(path: str) -> str:
@@ -53,8 +60,8 @@ def resolve_config_path(path: str) -> str:
     try:
         return _get_external_cfg_base_path(get_installed_path(package), rel)
     except FileNotFoundError as e:
-        raise ConfigFileNotFound(f'config {path!r} not found: {package} has no .mim/configs/{rel} '
-                                 f'(is {package} installed?)') from e
+        raise ConfigFileNotFound(f'config {path!r} not found: {scope} has no .mim/configs/{rel} '
+                                 f'(is {scope} installed?)') from e
 
 
 def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
