@@ -279,3 +279,37 @@ def pytest_collection_modifyitems(config, items) -> None:
     # waiting test depends on timing: the pairing holds only roughly
     first = [item for pair in zip(slow, waits) for item in pair]
     items[:] = first + slow[len(waits):] + waits[len(slow):] + rest
+
+
+# With MMDDP_ONLY_GPU_SKIPS=1 (.ci/run sets it) a skip that does not name a GPU fails the run:
+# Slurm, mpirun, mount namespaces and cgroups are all there on a CI machine, so their tests
+# skipping means the install or the machine lost something.
+ONLY_GPU_SKIPS = 'MMDDP_ONLY_GPU_SKIPS'
+_unexpected_skips: List[str] = []
+
+
+def _is_gpu_skip(reason: str) -> bool:
+    return any(word in reason for word in ('GPU', 'NVIDIA', 'CUDA'))
+
+
+def pytest_runtest_logreport(report) -> None:
+    if os.environ.get(ONLY_GPU_SKIPS) == '1' and report.skipped and not hasattr(report, 'wasxfail'):
+        reason = str(report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr)
+        reason = reason[len('Skipped: '):] if reason.startswith('Skipped: ') else reason
+        if not _is_gpu_skip(reason):
+            _unexpected_skips.append(f'{report.nodeid}: {reason}')
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session, exitstatus) -> None:
+    if _unexpected_skips and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _unexpected_skips:
+        terminalreporter.section(f'{ONLY_GPU_SKIPS}=1: skips that are not a missing GPU')
+        for line in _unexpected_skips:
+            terminalreporter.write_line(line)
+        terminalreporter.write_line('each of these is a test this machine should run: install '
+                                    'what it names (bash tools/install.sh --with-tests as root)')

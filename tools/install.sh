@@ -250,15 +250,23 @@ print("torch", torch.__version__, "torchvision", torchvision.__version__, "mmcv"
 
 tests_step() { pip_requirements "$ROOT/requirements/tests.txt"; }
 
+apt_or_warn() {  # apt_or_warn TESTS PACKAGE...: apt_install, or a warning that says why not
+  local out
+  if out=$(apt_install "${@:2}" 2>&1); then echo "$out"; return 0; fi
+  echo "$out"
+  { echo "    WARNING: apt-get could not install ${*:2}, so $1 will SKIP and .ci/run will fail."
+    echo "    apt-get said (last lines; the step's whole log is in $LOG_DIR):"
+    echo "$out" | tail -n 5 | sed 's/^/      | /'; } >&3
+  return 1
+}
+
 slurm_step() {  # tests/slurm start a local Slurm cluster; without one they are skipped
   if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null; then
     say "$(slurmctld -V) and munge already installed"
   elif ! is_root || ! command -v apt-get >/dev/null; then
     say "no Slurm here: tests/slurm will be skipped (Debian/Ubuntu: apt-get install slurm-wlm munge)"
-  elif apt_install slurm-wlm munge; then
-    say "installed $(slurmctld -V) and munge"
   else
-    say "apt-get could not install slurm-wlm munge: tests/slurm will be skipped"
+    if apt_or_warn "tests/slurm" slurm-wlm munge; then say "installed $(slurmctld -V) and munge"; fi
   fi
 }
 
@@ -267,10 +275,10 @@ mpi_step() {  # tests/mpi start two ranks with OpenMPI's mpirun; without it they
     say "$(mpirun --version 2>/dev/null | head -1) already installed"
   elif ! is_root || ! command -v apt-get >/dev/null; then
     say "no mpirun here: tests/mpi will be skipped (Debian/Ubuntu: apt-get install openmpi-bin)"
-  elif apt_install openmpi-bin; then
-    say "installed $(mpirun --version 2>/dev/null | head -1)"
   else
-    say "apt-get could not install openmpi-bin: tests/mpi will be skipped"
+    if apt_or_warn "tests/mpi" openmpi-bin; then
+      say "installed $(mpirun --version 2>/dev/null | head -1)"
+    fi
   fi
 }
 
