@@ -1,4 +1,5 @@
-"""Every rank agrees before step 1, and a straggler is named: 2 real processes of the demo.
+"""Every rank agrees before step 1, and a straggler is named: 2 real processes of the demo,
+started by hand from the preloaded stack (`tests/preloaded.py`).
 
 The config is the same on both ranks; what rank 1 builds from it differs (``rank_skew``
 helpers): its dataset keeps fewer samples, or its model's head has one channel less; the job
@@ -14,10 +15,11 @@ import json
 import os.path as osp
 
 import pytest
+from preloaded import dist_train
 
 from mmddp_ext.diagnose.records import read_failures
 
-from conftest import SLIM_HEAD_WIDTH, check_ok, demo_options, demo_with_hooks, run
+from conftest import SLIM_HEAD_WIDTH, check_ok, demo_options, demo_with_hooks
 
 SCREEN = 25  # lines a user sees without scrolling
 
@@ -26,8 +28,8 @@ def _train(tmp_path, demo_data, hooks, *options, name, epochs=1, **extra):
     cfg = demo_with_hooks(tmp_path, hooks, ['rank_skew'], name)
     work = str(tmp_path / 'w')
     opts = demo_options(demo_data, epochs, **extra)
-    proc = run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work, *opts, *options],
-               timeout=900)
+    proc = dist_train([cfg, '--work-dir', work, *opts, *options], 2, str(tmp_path / 'ranks'),
+                      timeout=900)
     return proc, work
 
 

@@ -1,15 +1,17 @@
 """The training loss in the log speaks for every rank (``mmddp_ext.runner.global_loss``): two
-ranks of the demo whose total losses differ by construction (``RankLossOffset`` adds 10 to rank
-1's), logged every iteration with a window of one iteration. Rank 0's log line carries the mean
-of the two ranks' values of that iteration for every loss, with the ranks' minimum and maximum
-of the total beside it; ``default_hooks.global_loss=None`` logs rank 0's own values."""
+ranks of the demo (started by hand from the preloaded stack, ``tests/preloaded.py``) whose
+total losses differ by construction (``RankLossOffset`` adds 10 to rank 1's), logged every
+iteration with a window of one iteration. Rank 0's log line carries the mean of the two ranks'
+values of that iteration for every loss, with the ranks' minimum and maximum of the total
+beside it; ``default_hooks.global_loss=None`` logs rank 0's own values."""
 import json
 import os.path as osp
 import re
 
 import pytest
+from preloaded import dist_train
 
-from conftest import check_ok, demo_options, demo_with_hooks, run
+from conftest import check_ok, demo_options, demo_with_hooks
 
 LINE = re.compile(r'Epoch\(train\)\s*\[1\]\[\s*(\d+)/\d+\].*')
 
@@ -29,11 +31,11 @@ def test_rank_0_logs_the_mean_over_the_ranks(demo_data, tmp_path, global_losses)
     cfg = demo_with_hooks(tmp_path, f"dict(type='RankLossOffset', out_dir={rec!r})",
                           ['rank_loss_offset'])
     out = check_ok(
-        run([
-            'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
+        dist_train([
+            cfg, '--work-dir',
             str(tmp_path / 'w'), *demo_options(demo_data, 1), 'log_processor.window_size=1',
             *([] if global_losses else ['default_hooks.global_loss=None'])
-        ]))
+        ], 2, str(tmp_path / 'ranks')))
     lines = {int(m.group(1)): _values(m.group(0)) for m in LINE.finditer(out)}
     ranks = [_recorded(rec, 0), _recorded(rec, 1)]
     assert len(lines) == len(ranks[0]) == len(ranks[1]) == 2, out[-3000:]

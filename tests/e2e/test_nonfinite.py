@@ -12,6 +12,7 @@ import os.path as osp
 
 import pytest
 import torch
+from preloaded import dist_train
 
 from conftest import demo_options, demo_with_hooks, run
 
@@ -48,7 +49,8 @@ def test_nan_loss_on_rank1_stops_the_run_and_is_diagnosed(demo_data, tmp_path):
 
 @pytest.mark.slow
 def test_skip_and_warn_on_two_ranks(demo_data, tmp_path):
-    """``action='skip'`` with accumulation 2 (8 per device): the run trains to its end, the
+    """2 ranks started by hand from the preloaded stack (``tests/preloaded.py``):
+    ``action='skip'`` with accumulation 2 (8 per device): the run trains to its end, the
     step of the cycle with rank 1's NaN (iteration 5, the first of epoch 2; its step is at 6)
     is skipped on every rank, and every
     checkpoint is finite. Then ``action='warn'`` from the same start: training goes on with the
@@ -60,13 +62,13 @@ def test_skip_and_warn_on_two_ranks(demo_data, tmp_path):
             tmp_path, f"dict(type='FiniteLossHook', action={action!r}), "
             "dict(type='NanLossHook', rank=1, iteration=5)", ['nan_loss_hook'], f'{action}.py')
         work = str(tmp_path / action)
-        proc = run([
-            'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work,
+        proc = dist_train([
+            cfg, '--work-dir', work,
             *demo_options(demo_data, 2, validate=True, **{
                 'train_cfg.val_interval': '1',
                 'scaling.max_batch_per_device': '8'
             })
-        ])
+        ], 2, str(tmp_path / f'ranks_{action}'))
         outs[action] = out = proc.stdout
         assert proc.returncode == 0, out[-4000:]
         assert 'per-GPU batch 8 × 2 GPUs × accumulation 2 = global 32' in out

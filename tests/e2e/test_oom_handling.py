@@ -3,13 +3,15 @@ processes, one of them under a tighter address-space limit measured on the spot 
 out-of-memory error: the finder's trials, the guard's redone step, the agreed stop), or with an
 out-of-memory error injected above a batch size where a test needs the finder's answer fixed
 (the found batch that fails later in training); the demo at 128×128 input (activations grow
-with the batch enough to matter on a CPU)."""
+with the batch enough to matter on a CPU). Where no limit is measured against a fresh process,
+the ranks are started by hand from the preloaded stack (``tests/preloaded.py``)."""
 import json
 import math
 import os.path as osp
 import re
 
 import pytest
+from preloaded import dist_train, train
 
 from mmddp_ext.diagnose.records import read_failures as read_failure_records
 
@@ -219,8 +221,7 @@ def test_training_that_holds_more_than_the_trials_kept_free_is_reported(demo_dat
         'scaling.memory_budget_mib': '3000'
     })
     out = check_ok(
-        run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
-             str(tmp_path / 'w'), *opts]))
+        dist_train([cfg, '--work-dir', str(tmp_path / 'w'), *opts], 2, str(tmp_path / 'ranks')))
     line = next(ln for ln in out.splitlines() if 'batch probe check:' in ln)
     assert 'the measurement was wrong on rank(s) [1]:' in line
     held = {int(r): int(m) for r, m in re.findall(r'rank (\d) (\d+) MiB of 300', line)}
@@ -238,10 +239,9 @@ def test_agreed_out_of_memory_names_the_rank_that_ran_out(demo_data, tmp_path):
     cfg = _config(tmp_path, str(tmp_path / 'records'), ['inject_oom'],
                   "dict(type='InjectOOMHook', rank=1, above=0)")
     work = str(tmp_path / 'w')
-    proc = run([
-        'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work,
-        *_options(demo_data, 1, **{'scaling.on_oom': 'microbatch'})
-    ])
+    proc = dist_train(
+        [cfg, '--work-dir', work, *_options(demo_data, 1, **{'scaling.on_oom': 'microbatch'})], 2,
+        str(tmp_path / 'ranks'), diagnose=True)
     assert proc.returncode != 0
     records = {r['rank']: r for r in read_failure_records(work)}
     assert records[0]['oom_ranks'] == records[1]['oom_ranks'] == [1]
@@ -264,7 +264,7 @@ def test_a_found_batch_that_runs_out_of_memory_in_training_steps_down(demo_data,
             'scaling.max_batch_per_device': 'auto',
             'scaling.memory_budget_mib': '100000'
         })
-    out = check_ok(run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work, *opts]))
+    out = check_ok(dist_train([cfg, '--work-dir', work, *opts], 2, str(tmp_path / 'ranks1')))
     assert 'trial 1: per-device batch 16: fits on every rank' in out
     assert 'per-GPU batch 16 × 2 GPUs × accumulation 1 = global 32' in out
     assert out.count('out of memory on rank(s) [1] during a step') == 1
@@ -277,7 +277,7 @@ def test_a_found_batch_that_runs_out_of_memory_in_training_steps_down(demo_data,
     assert stored['result']['max_batch'] == 8
     assert stored['corrections'][0]['found'] == 16 and stored['corrections'][0]['now'] == 8
 
-    again = check_ok(run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work, *opts]))
+    again = check_ok(dist_train([cfg, '--work-dir', work, *opts], 2, str(tmp_path / 'ranks2')))
     assert 'per-device batch 8 fits on every rank (measured before, read from' in again
     assert 'per-GPU batch 8 × 2 GPUs × accumulation 2 = global 32' in again
     assert 'during a step' not in again
@@ -296,7 +296,7 @@ def test_one_process_guards_the_found_batch_too(demo_data, tmp_path):
             'scaling.max_batch_per_device': 'auto',
             'scaling.memory_budget_mib': '100000'
         })
-    out = check_ok(run([PYTHON, 'tools/dist_train.py', cfg, '--work-dir', work, *opts]))
+    out = check_ok(train([cfg, '--work-dir', work, *opts], str(tmp_path / 'out')))
     assert 'trial 1: per-device batch 32: fits on every rank' in out
     assert ('training goes on with per-device batch 32 run as 2 micro-batches of at most 16 '
             'samples') in out
@@ -314,10 +314,10 @@ def test_a_real_out_of_memory_step_is_redone_as_micro_batches(demo_data, tmp_pat
     records = str(tmp_path / 'records')
     cfg = _config(tmp_path, records, ['limit_memory_hook'],
                   "dict(type='LimitBelowStepHook', rank=1, fraction=0.75, apply_after=2)")
-    proc = run([
-        'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
+    proc = dist_train([
+        cfg, '--work-dir',
         str(tmp_path / 'w'), *_options(demo_data, 3, **{'scaling.on_oom': 'microbatch'})
-    ])
+    ], 2, str(tmp_path / 'ranks'))
     out = proc.stdout
     limited = out.find('LimitBelowStepHook: rank 1: a step allocates')
     check_ok(proc)
@@ -346,10 +346,10 @@ def test_a_real_out_of_memory_step_is_redone_as_micro_batches(demo_data, tmp_pat
 
 
 def test_auto_on_cpu_without_budget_fails_before_training(demo_data, tmp_path):
-    proc = run([
-        PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir',
+    proc = train([
+        DEMO_CONFIG, '--work-dir',
         str(tmp_path / 'w'), *demo_options(demo_data, 1, **{'scaling.max_batch_per_device': 'auto'})
-    ])
+    ], str(tmp_path / 'out'))
     assert proc.returncode != 0
     assert "scaling.max_batch_per_device='auto' on a CPU needs a memory budget" in proc.stdout
     assert 'scaling.memory_budget_mib=4096' in proc.stdout

@@ -2,13 +2,15 @@
 BatchNorm running statistics drift apart (DDP does not sync buffers at every forward, as in
 MMEngine); ``DDPRunner``'s default ``sync_buffers`` key (MMEngine's own ``SyncBuffersHook``)
 averages them at the end of each training epoch, so every rank validates with the same
-buffers. ``default_hooks.sync_buffers=None`` shows the drift it removes."""
+buffers. ``default_hooks.sync_buffers=None`` shows the drift it removes. 2 ranks started by hand
+from the preloaded stack (``tests/preloaded.py``)."""
 import json
 import os.path as osp
 
 import pytest
+from preloaded import dist_train
 
-from conftest import DEMO_CONFIG, check_ok, demo_options, run
+from conftest import DEMO_CONFIG, check_ok, demo_options
 
 
 def _config(tmp_path, out: str) -> str:
@@ -33,11 +35,8 @@ def test_every_rank_validates_with_the_same_buffers(demo_data, tmp_path, synced)
     if not synced:
         options.append('default_hooks.sync_buffers=None')
     check_ok(
-        run([
-            'bash', 'tools/dist_train.sh',
-            _config(tmp_path, out), '2', '--work-dir',
-            str(tmp_path / 'w'), *options
-        ]))
+        dist_train([_config(tmp_path, out), '--work-dir',
+                    str(tmp_path / 'w'), *options], 2, str(tmp_path / 'ranks')))
     ranks = _buffers(out, 0), _buffers(out, 1)
     assert ranks[0] and ranks[0].keys() == ranks[1].keys()
     differing = [name for name in ranks[0] if ranks[0][name] != ranks[1][name]]

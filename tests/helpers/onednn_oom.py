@@ -1,12 +1,13 @@
 """Test-only: out-of-memory errors under an address-space limit with and without oneDNN (torch's
 CPU convolutions), on the demo pose model.
 
-Usage: ``python onednn_oom.py MODE DATA_ROOT [ONEDNN]`` with MODE ``control`` (plain steps,
+Usage: ``python onednn_oom.py MODE DATA_ROOT [ONEDNN [LIMITS]]`` with MODE ``control`` (plain steps,
 nothing of the product's recovery), ``trials`` (the finder's trial, :meth:`Trials.run`) or
 ``guard`` (``MicrobatchDDP.train_step`` in one process). After warm-up steps, steps at ``BATCH``
 run under an address-space limit of the size before the step + ROOM, ROOM going down 2 MiB at
-a time, until one of them fails inside oneDNN (``could not create a primitive``; the others
-fail in torch's allocator, or fit), or down to 1 MiB. ONEDNN ``on`` (the default): as under a
+a time (or in ``LIMITS`` even steps of at least 2 MiB), until one of them fails inside oneDNN
+(``could not create a primitive``; the others fail in torch's allocator, or fit), or down to
+1 MiB. ONEDNN ``on`` (the default): as under a
 limit of the user's own (``ulimit -v``); ``budget``: off, as ``scaling.memory_budget_mib``
 leaves it. Then, with the limit lifted, one more step at ``BATCH // 8``: whether it trains.
 Prints ``report {json}``; a native crash (oneDNN's kernels can segfault after a failed
@@ -51,7 +52,7 @@ def limit(room):
     resource.setrlimit(resource.RLIMIT_AS, (soft, resource.RLIM_INFINITY))
 
 
-def main(mode: str, data_root: str, onednn: str = 'on') -> None:
+def main(mode: str, data_root: str, onednn: str = 'on', limits: str = '0') -> None:
     faulthandler.enable()  # a native crash under the limit shows where
     trials = demo_trials(data_root, BATCH, mode == 'guard')
     # a budget turns oneDNN off; a limit of the user's own (``ulimit -v``) leaves it on
@@ -82,7 +83,9 @@ def main(mode: str, data_root: str, onednn: str = 'on') -> None:
     report = dict(tried=[], errors=[])
     status = proc_status('VmSize', 'VmPeak')
     top = (status['VmPeak'] - status['VmSize']) // MIB + 10  # above what a step at BATCH takes
-    for room in range(top, 0, -2):
+    stride = max(2, -(-top // int(limits))) if int(limits) else 2
+    report['stride'] = stride
+    for room in range(top, 0, -stride):
         messages.clear()
         limit(room * MIB)
         fitted = step(BATCH)
@@ -103,4 +106,4 @@ def main(mode: str, data_root: str, onednn: str = 'on') -> None:
 
 
 if __name__ == '__main__':
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])
