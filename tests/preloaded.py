@@ -37,7 +37,8 @@ SERVER_ENV = {'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1', 'NO_ALBUMENTATION
 _context = None
 
 
-def _fork_server():
+def fork_server():
+    """multiprocessing's fork-server context, its server started with the stack imported."""
     global _context
     if _context is None:
         saved = {k: os.environ.get(k) for k in SERVER_ENV}
@@ -127,7 +128,7 @@ def start(args: List[str], out_dir: str, nproc: int = 1, env: Optional[Dict[str,
     goes to ``out_dir/rank<N>.out``, or with ``one_log`` all to ``out_dir/ranks.out`` in the
     order it is written (as a launcher's ranks share its terminal)."""
     from mmddp_ext.launcher.rendezvous import find_free_port
-    ctx = _fork_server()
+    ctx = fork_server()
     base = dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='1',
                 PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
     for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT'):
@@ -142,6 +143,8 @@ def start(args: List[str], out_dir: str, nproc: int = 1, env: Optional[Dict[str,
     for rank in range(nproc):
         rank_env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank)) if nproc > 1 else base
         log = osp.join(out_dir, 'ranks.out' if one_log else f'rank{rank}.out')
+        if rank == 0 or not one_log:
+            open(log, 'w').close()  # a new run's output, not added to an earlier one's
         proc = ctx.Process(target=_run_script, args=(script, list(args), rank_env, log))
         proc.start()
         procs.append(proc)

@@ -4,23 +4,25 @@ workers) for the tests that only read what they left: a plugin of the root conft
 import os.path as osp
 
 import pytest
+from preloaded import train
 
-from conftest import (DEMO_CONFIG, PYTHON, check_ok, demo_options, demo_with_hooks, finish, once,
-                      popen, run, stop_point_by_hand)
+from conftest import (DEMO_CONFIG, check_ok, demo_options, demo_with_hooks, finish, once, popen,
+                      stop_point_by_hand)
 
 
 @pytest.fixture(scope='session')
 def trained_demo(demo_data, tmp_path_factory):
-    """(work dir, output) of one 2-epoch single-process run of the demo, validated after its
-    last epoch, made once for the session; read only (a test that trains on in it takes a
+    """(work dir, output) of one 2-epoch single-process run of the demo (forked from the
+    preloaded stack, ``tests/preloaded.py``), validated after its last epoch, made once for the
+    session; read only (a test that trains on in it takes a
     :func:`copy_of` it)."""
 
     def build(work_dir: str) -> None:
         out = check_ok(
-            run([
-                PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir', work_dir,
+            train([
+                DEMO_CONFIG, '--work-dir', work_dir,
                 *demo_options(demo_data, max_epochs=2, validate=True)
-            ]))
+            ], work_dir + '_out'))
         with open(osp.join(work_dir, 'train.log.txt'), 'w') as f:
             f.write(out)
 

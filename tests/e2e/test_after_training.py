@@ -12,6 +12,7 @@ import re
 import numpy as np
 import pytest
 from mmengine.config import Config
+from preloaded import train
 
 from mmddp_ext.checkpoint import load_checkpoint_file
 
@@ -142,7 +143,7 @@ def test_mmdetection_reads_our_retinanet_checkpoint_as_a_stock_one(tmp_path):
     # a threshold of 0 keeps boxes, so both evaluations have predictions to score.
     options = demo_options(data, max_epochs=1, validate=True, slim=False,
                            **{'model.test_cfg.score_thr': '0.0'})
-    log = check_ok(run([PYTHON, 'tools/dist_train.py', DET_CONFIG, '--work-dir', work, *options]))
+    log = check_ok(train([DET_CONFIG, '--work-dir', work, *options], str(tmp_path / 'out')))
     stock = _stock(DET_CONFIG, options[1:], str(tmp_path / 'retinanet_stock.py'))
     ckpt = osp.join(work, 'epoch_1.pth')
     image = sorted(glob.glob(osp.join(data, 'val', '*')))[0]

@@ -13,6 +13,7 @@ import re
 import numpy as np
 import pytest
 from mmengine.config import Config
+from preloaded import train
 
 from mmddp_ext.launcher.rendezvous import find_free_port
 
@@ -127,7 +128,7 @@ def test_mmdetection_test_py_gives_the_same_metrics_on_1_2_and_3_ranks(tmp_path)
     # one epoch scores every anchor near the prior (0.01): a threshold of 0 keeps boxes to score
     options = demo_options(data, max_epochs=1, slim=False, **{'model.test_cfg.score_thr': '0.0'})
     work = str(tmp_path / 'w')
-    check_ok(run([PYTHON, 'tools/dist_train.py', DET_CONFIG, '--work-dir', work, *options]))
+    check_ok(train([DET_CONFIG, '--work-dir', work, *options], str(tmp_path / 'out')))
     cfg = Config.fromfile(DET_CONFIG)
     cfg.merge_from_dict({k: _value(v) for k, v in (o.split('=', 1) for o in options[1:])})
     cfg.test_dataloader.batch_size = 1  # as above: the world size changes no batch

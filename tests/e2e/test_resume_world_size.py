@@ -1,11 +1,13 @@
 """Resume a 2-process run on 1 process: same global batch, LR and samples seen as if the
-2-process run had gone on (the iteration counter is converted, not silently reused)."""
+2-process run had gone on (the iteration counter is converted, not silently reused). The ranks
+are forked from the preloaded stack (``tests/preloaded.py``), by hand for the 2-process run."""
 import os.path as osp
 
 import pytest
 import torch
+from preloaded import dist_train, train
 
-from conftest import DEMO_CONFIG, PYTHON, check_ok, demo_options, once, run
+from conftest import DEMO_CONFIG, check_ok, demo_options, once
 
 pytestmark = pytest.mark.slow
 # global 32 with at most 16 per device: 2 processes × 16, or 1 process × 16 × accumulation 2
@@ -26,10 +28,8 @@ def two_process_runs(demo_data, tmp_path_factory):
 
     def build(work: str) -> None:
         check_ok(
-            run([
-                'bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--work-dir', work,
-                *demo_options(demo_data, 3, **SCALING)
-            ]))
+            dist_train([DEMO_CONFIG, '--work-dir', work, *demo_options(demo_data, 3, **SCALING)], 2,
+                       work + '_ranks'))
 
     work = once(tmp_path_factory, 'resume_two_processes', build)
     return osp.join(work, 'epoch_2.pth'), osp.join(work, 'epoch_3.pth')
@@ -38,10 +38,10 @@ def two_process_runs(demo_data, tmp_path_factory):
 def test_resume_on_one_process_continues_the_same_run(two_process_runs, demo_data, tmp_path):
     stopped, went_on = two_process_runs
     out = check_ok(
-        run([
-            PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir',
+        train([
+            DEMO_CONFIG, '--work-dir',
             str(tmp_path), '--resume', stopped, *demo_options(demo_data, 3, **SCALING)
-        ]))
+        ], str(tmp_path / 'out')))
     assert 'iteration 4 → 8' in out  # 64 images: 2 iterations/epoch on 2 procs, 4 on 1
     resumed = _ckpt(str(tmp_path), 3)
     reference = torch.load(went_on, map_location='cpu', weights_only=False)
@@ -65,11 +65,11 @@ def test_resume_on_one_process_continues_the_same_run(two_process_runs, demo_dat
 
 def test_resume_with_another_global_batch_fails_with_the_fix(two_process_runs, demo_data, tmp_path):
     stopped, _ = two_process_runs
-    proc = run([
-        PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir',
+    proc = train([
+        DEMO_CONFIG, '--work-dir',
         str(tmp_path), '--resume', stopped,
         *demo_options(demo_data, 3, **{'scaling.global_batch_size': '16'})
-    ])
+    ], str(tmp_path / 'out'))
     assert proc.returncode == 1
     assert '[mmddp_ext] error: the checkpoint was trained with 16 per device × 2' in proc.stdout
     assert '--cfg-options scaling.global_batch_size=32' in proc.stdout

@@ -1,7 +1,7 @@
-"""Two real gloo ranks, each a spawned process of its own, run one module-level function:
-``two_ranks(tmp_path, fn, *args)`` returns ``{rank: what fn(rank, *args) returned}`` (or the
-text of what it raised, under ``'error'``)."""
-import multiprocessing
+"""Two real gloo ranks, each a process of its own forked from the preloaded stack
+(``tests/preloaded.py``), run one module-level function: ``two_ranks(tmp_path, fn, *args)``
+returns ``{rank: what fn(rank, *args) returned}`` (or the text of what it raised, under
+``'error'``)."""
 import os.path as osp
 import traceback
 import uuid
@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict
 
 import torch
 import torch.distributed as dist
+from preloaded import fork_server
 
 
 def _rank(rank: int, tmp: str, store: str, fn: Callable, args: tuple) -> None:
@@ -26,7 +27,7 @@ def _rank(rank: int, tmp: str, store: str, fn: Callable, args: tuple) -> None:
 
 def two_ranks(tmp_path, fn: Callable, *args: Any) -> Dict[int, Any]:
     tmp = str(tmp_path)
-    ctx = multiprocessing.get_context('spawn')
+    ctx = fork_server()
     store = osp.join(tmp, f'store-{uuid.uuid4().hex}')  # a new one for every call
     procs = [ctx.Process(target=_rank, args=(r, tmp, store, fn, args)) for r in (0, 1)]
     for p in procs:
