@@ -4,10 +4,10 @@ workers) for the tests that only read what they left: a plugin of the root conft
 import os.path as osp
 
 import pytest
-from preloaded import train
 
 from conftest import (DEMO_CONFIG, check_ok, demo_options, demo_with_hooks, finish, once, popen,
                       stop_point_by_hand)
+from preloaded import train
 
 
 @pytest.fixture(scope='session')

@@ -12,11 +12,11 @@ import re
 import numpy as np
 import pytest
 from mmengine.config import Config
-from preloaded import train
 
 from mmddp_ext.checkpoint import load_checkpoint_file
 
 from conftest import DEMO_CONFIG, PYTHON, ROOT, check_ok, demo_options, run
+from preloaded import train
 
 READER = osp.join(ROOT, 'tests', 'helpers', 'stock_pose_reader.py')
 DET_READER = osp.join(ROOT, 'tests', 'helpers', 'stock_det_reader.py')

@@ -15,11 +15,11 @@ import json
 import os.path as osp
 
 import pytest
-from preloaded import dist_train
 
 from mmddp_ext.diagnose.records import read_failures
 
 from conftest import SLIM_HEAD_WIDTH, check_ok, demo_options, demo_with_hooks
+from preloaded import dist_train
 
 SCREEN = 25  # lines a user sees without scrolling
 

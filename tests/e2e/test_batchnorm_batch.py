@@ -6,9 +6,9 @@ RetinaNet example is the other family (tests/e2e/test_mmdet_entry.py)."""
 import re
 
 import pytest
-from preloaded import dist_train
 
 from conftest import DEMO_CONFIG, DEMO_WORKERS, check_ok, demo_options
+from preloaded import dist_train
 
 WARNING = re.compile(r'BatchNorm: (\d+) layer\(s\) that train normalise over (\d+) sample\(s\) '
                      r'each step, below 8.*SyncBN')

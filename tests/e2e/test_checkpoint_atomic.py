@@ -6,9 +6,9 @@ import os.path as osp
 
 import pytest
 import torch
-from preloaded import train
 
 from conftest import DEMO_CONFIG, check_ok, copy_of, demo_options, demo_with_hooks
+from preloaded import train
 
 pytestmark = pytest.mark.slow
 

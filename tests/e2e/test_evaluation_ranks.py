@@ -13,11 +13,11 @@ import re
 import numpy as np
 import pytest
 from mmengine.config import Config
-from preloaded import train
 
 from mmddp_ext.launcher.rendezvous import find_free_port
 
 from conftest import DEMO_CONFIG, PYTHON, ROOT, check_ok, demo_options, once, run
+from preloaded import train
 
 METRIC = re.compile(r'(coco/[^:]+): (-?[0-9.]+)')
 VAL_IMAGES = 77  # 77 = 7 x 11: neither 2 nor 3 divides it

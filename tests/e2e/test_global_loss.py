@@ -9,9 +9,9 @@ import os.path as osp
 import re
 
 import pytest
-from preloaded import dist_train
 
 from conftest import check_ok, demo_options, demo_with_hooks
+from preloaded import dist_train
 
 LINE = re.compile(r'Epoch\(train\)\s*\[1\]\[\s*(\d+)/\d+\].*')
 

@@ -12,9 +12,9 @@ import os.path as osp
 
 import pytest
 import torch
-from preloaded import dist_train
 
 from conftest import demo_options, demo_with_hooks, run
+from preloaded import dist_train
 
 
 @pytest.mark.slow

@@ -11,11 +11,11 @@ import os.path as osp
 import re
 
 import pytest
-from preloaded import dist_train, train
 
 from mmddp_ext.diagnose.records import read_failures as read_failure_records
 
 from conftest import DEMO_CONFIG, PYTHON, ROOT, check_ok, demo_options, read_records, run
+from preloaded import dist_train, train
 
 DEMO_128 = osp.join(ROOT, 'configs', 'demo', 'td-hm_res18_1xb32-30e_demo-128x128.py')
 

@@ -5,9 +5,9 @@ import os.path as osp
 
 import pytest
 import torch
-from preloaded import dist_train, train
 
 from conftest import DEMO_CONFIG, check_ok, demo_options, once
+from preloaded import dist_train, train
 
 pytestmark = pytest.mark.slow
 # global 32 with at most 16 per device: 2 processes × 16, or 1 process × 16 × accumulation 2

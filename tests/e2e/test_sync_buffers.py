@@ -8,9 +8,9 @@ import json
 import os.path as osp
 
 import pytest
-from preloaded import dist_train
 
 from conftest import DEMO_CONFIG, check_ok, demo_options
+from preloaded import dist_train
 
 
 def _config(tmp_path, out: str) -> str:

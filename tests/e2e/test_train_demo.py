@@ -1,5 +1,5 @@
 """A real single-process training of the demo config (``conftest.trained_demo``), and resuming
-from its checkpoint."""
+from its checkpoint, each a process forked from the preloaded stack (``tests/preloaded.py``)."""
 import glob
 import json
 import math
@@ -9,7 +9,8 @@ import re
 import pytest
 import torch
 
-from conftest import DEMO_CONFIG, PYTHON, check_ok, copy_of, demo_options, run
+from conftest import DEMO_CONFIG, check_ok, copy_of, demo_options
+from preloaded import train
 
 pytestmark = pytest.mark.slow
 
@@ -57,10 +58,9 @@ def test_resume_continues_from_the_checkpoint(trained_demo, demo_data, tmp_path)
     work_dir = copy_of(first_dir, tmp_path)  # the run goes on in its own work dir
     per_epoch = _iters_per_epoch(demo_data)
     out = check_ok(
-        run([
-            PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir', work_dir, '--resume',
-            *demo_options(demo_data, max_epochs=3)
-        ]))
+        train([
+            DEMO_CONFIG, '--work-dir', work_dir, '--resume', *demo_options(demo_data, max_epochs=3)
+        ], str(tmp_path / 'out')))
     assert 'resumed epoch: 2' in out
     ckpt = torch.load(osp.join(work_dir, 'epoch_3.pth'), map_location='cpu', weights_only=False)
     assert ckpt['meta']['epoch'] == 3 and ckpt['meta']['iter'] == 3 * per_epoch
@@ -76,11 +76,11 @@ def test_resume_continues_from_the_checkpoint(trained_demo, demo_data, tmp_path)
 def test_resume_from_explicit_checkpoint(trained_demo, demo_data, tmp_path):
     work_dir, _ = trained_demo
     out = check_ok(
-        run([
-            PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--work-dir',
+        train([
+            DEMO_CONFIG, '--work-dir',
             str(tmp_path), '--resume',
             osp.join(work_dir, 'epoch_1.pth'), *demo_options(demo_data, max_epochs=2)
-        ]))
+        ], str(tmp_path / 'out')))
     assert 'resumed epoch: 1' in out
     assert osp.isfile(osp.join(tmp_path, 'epoch_2.pth'))
     assert not osp.exists(osp.join(tmp_path, 'epoch_1.pth'))

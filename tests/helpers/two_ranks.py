@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict
 
 import torch
 import torch.distributed as dist
+
 from preloaded import fork_server
 
 
