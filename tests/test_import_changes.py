@@ -4,6 +4,8 @@ toy runner, no ``runner_type``) trains the same with and without it: same runner
 and final weights. Each in a fresh process (``tests.helpers.import_probe``)."""
 import json
 
+import pytest
+
 from mmddp_ext.import_changes import IMPORT_CHANGES
 
 from conftest import PYTHON, check_ok, run
@@ -23,6 +25,7 @@ def test_importing_changes_only_what_is_listed():
         assert name in listed
 
 
+@pytest.mark.slow
 def test_a_stock_runner_trains_the_same_with_and_without_the_import():
     without, with_ = _probe('train', 'without'), _probe('train', 'with')
     assert with_['type'] == 'Runner' and with_['loop'] == 'EpochBasedTrainLoop'

@@ -77,6 +77,7 @@ def _small_shm(which: str) -> subprocess.CompletedProcess:
     ], capture_output=True, text=True, env=env, timeout=300)
 
 
+@pytest.mark.waits
 def test_a_dev_shm_too_small_for_a_batch_is_an_error_in_the_rank_that_names_it():
     probe = subprocess.run(['unshare', '-m', '--propagation', 'private', 'true'],
                            capture_output=True)

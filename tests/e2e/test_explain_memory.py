@@ -89,6 +89,7 @@ def test_forecast_json_holds_the_contract(forecast):
     assert memory['max_batch_single'] == memory['max_batch_ddp']  # one process: the same
 
 
+@pytest.mark.slow
 def test_forecast_matches_a_real_one_process_run(forecast, demo_data, tmp_path):
     """The forecast against the peak RSS that RankMemoryHook logs in a real run (2 iterations
     of batch 32, sampled after each), on the same machine. Tolerance: the product's 10 %

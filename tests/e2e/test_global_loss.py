@@ -25,6 +25,7 @@ def _recorded(folder: str, rank: int) -> list:
         return [json.loads(line) for line in f]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('global_losses', [True, False])
 def test_rank_0_logs_the_mean_over_the_ranks(demo_data, tmp_path, global_losses):
     rec = str(tmp_path / 'rec')

@@ -5,6 +5,8 @@ frees its runner before it returns."""
 import json
 import os.path as osp
 
+import pytest
+
 from conftest import DEMO_WORKERS, PYTHON, check_ok, demo_options, demo_with_hooks, run
 
 
@@ -21,6 +23,7 @@ def _noted(out: str, rank: int) -> dict:
         return json.load(f)
 
 
+@pytest.mark.slow
 def test_two_ranks_free_the_model_before_the_group(demo_data, tmp_path):
     cfg, out = _probe_config(tmp_path)
     proc = run([
@@ -33,6 +36,7 @@ def test_two_ranks_free_the_model_before_the_group(demo_data, tmp_path):
         assert _noted(out, rank) == dict(group_alive=True, workers=2, workers_running=0)
 
 
+@pytest.mark.slow
 def test_a_library_call_frees_its_runner_before_it_returns(demo_data, tmp_path):
     """``main([...])`` from a caller's Python, one process: the model is gone when it
     returns (nothing of the run kept in the caller's process), the caller's freeze as it was."""

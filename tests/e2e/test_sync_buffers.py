@@ -28,6 +28,7 @@ def _buffers(out: str, rank: int) -> dict:
         return json.load(f)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('synced', [True, False])
 def test_every_rank_validates_with_the_same_buffers(demo_data, tmp_path, synced):
     out = str(tmp_path / 'buffers')

@@ -5,6 +5,7 @@ import logging
 import os
 from unittest import mock
 
+import pytest
 import torch
 from mmengine.registry import MODELS, RUNNERS
 from mmengine.runner import Runner
@@ -53,6 +54,7 @@ class TestRunnerType(RunnerTestCase):
         self.assertIs(type(Runner.from_cfg(self._cfg('Runner'))), Runner)
         self.assertIs(type(RUNNERS.build(self._cfg('DDPRunner'))), DDPRunner)
 
+    @pytest.mark.slow
     def test_a_stock_runner_built_directly_says_so(self):
         cfg = self._cfg('DDPRunner')
         args = {k: v for k, v in cfg.items() if k != 'runner_type'}

@@ -31,6 +31,7 @@ def collector_off():
     (gc.enable if was else gc.disable)()
 
 
+@pytest.mark.slow
 def test_explain_leaves_the_callers_process_as_it_was(demo_data, tmp_path, collector_off):
     from mmddp_ext.entry.train import main
     before = snapshot()
@@ -41,6 +42,7 @@ def test_explain_leaves_the_callers_process_as_it_was(demo_data, tmp_path, colle
     assert changes(before, snapshot()) == {}
 
 
+@pytest.mark.slow
 def test_training_from_main_leaves_the_callers_process_as_it_was(demo_data, tmp_path,
                                                                  collector_off):
     from mmddp_ext.entry.train import main
@@ -53,6 +55,7 @@ def test_training_from_main_leaves_the_callers_process_as_it_was(demo_data, tmp_
     assert changes(before, snapshot()) == {}
 
 
+@pytest.mark.slow
 def test_a_ddp_runner_puts_back_what_it_set_when_its_run_ends(demo_data, tmp_path):
     from mmddp_ext.entry.train import build_config, parse_args
     from mmddp_ext.runner import DDPRunner
@@ -68,6 +71,7 @@ def test_a_ddp_runner_puts_back_what_it_set_when_its_run_ends(demo_data, tmp_pat
     assert changes(before, snapshot()) == {}
 
 
+@pytest.mark.slow
 def test_launch_leaves_the_callers_process_as_it_was(demo_data, tmp_path):
     """torch's launcher sets variables in the calling process (TORCHELASTIC_*); the workers
     are ours and keep the run's settings."""
