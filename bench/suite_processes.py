@@ -1,0 +1,96 @@
+"""Where the test suite's CPU goes: run pytest (the README's command by default) and sample
+every process of the machine from /proc twice a second: its command, its parent, its CPU time and
+the test that started it (``PYTEST_CURRENT_TEST`` in its environment). Writes
+``bench/results/test_suite.json``: the wall time, the CPU of the sampled processes by kind
+(``tools/dist_train.py`` ranks, the torchrun front, the diagnosis, ...) with the kind of their
+parent, and the tests whose processes took the most.
+
+    python bench/suite_processes.py                      # the README's pytest
+    python bench/suite_processes.py -- tests/e2e -n 2    # other pytest arguments
+
+A process's CPU after its last sample (up to half a second) is not counted; its DataLoader
+workers count as processes of their own (the same command line)."""
+import collections
+import json
+import os
+import os.path as osp
+import subprocess
+import sys
+import time
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+DEFAULT = ['tests', '-n', '2', '--dist', 'load', '--maxschedchunk', '1']
+KINDS = ('dist_train.py', 'run_front.py', 'diagnose.py', 'torch.distributed.run', 'srun',
+         'slurmstepd', 'mpirun', 'orted', 'execnet', 'forkserver', 'multiprocessing')
+HZ = os.sysconf('SC_CLK_TCK')
+
+
+def _kind(cmd):
+    line = ' '.join(cmd)
+    if 'exec(eval(sys.stdin.readline()))' in line:
+        return 'pytest worker'
+    return next((k for k in KINDS if k in line), osp.basename(cmd[0]) if cmd else '?')
+
+
+def _sample(seen):
+    for pid in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            with open(f'/proc/{pid}/stat') as f:
+                stat = f.read()
+            fields = stat[stat.rindex(')') + 2:].split()
+            key = (int(pid), int(fields[19]))  # the pid and its start time: one process
+            cpu = (int(fields[11]) + int(fields[12])) / HZ
+            if key not in seen:
+                with open(f'/proc/{pid}/cmdline', 'rb') as f:
+                    cmd = [c.decode(errors='replace') for c in f.read().split(b'\0') if c]
+                with open(f'/proc/{pid}/environ', 'rb') as f:
+                    env = dict(e.split(b'=', 1) for e in f.read().split(b'\0') if b'=' in e)
+                test = env.get(b'PYTEST_CURRENT_TEST', b'').decode(errors='replace')
+                seen[key] = dict(
+                    pid=int(pid), ppid=int(fields[1]), cmd=cmd[:4], test=test.split(' (')[0])
+            seen[key]['cpu'] = cpu
+        except (OSError, ValueError, IndexError):
+            pass  # gone meanwhile, or not ours to read
+
+
+def summarize(procs, args, returncode, wall):
+    """The sampled processes by kind (with their parents' kinds) and the tests that took most."""
+    by_pid = {p['pid']: p for p in procs}
+    kinds = collections.defaultdict(lambda: dict(processes=0, cpu_s=0.0, parents={}))
+    tests = collections.Counter()
+    for p in procs:
+        k = kinds[_kind(p['cmd'])]
+        k['processes'] += 1
+        k['cpu_s'] += p['cpu']
+        parent = _kind(by_pid[p['ppid']]['cmd']) if p['ppid'] in by_pid else '?'
+        k['parents'][parent] = k['parents'].get(parent, 0) + 1
+        tests[p['test']] += p['cpu']
+    return dict(
+        pytest_args=args, returncode=returncode, wall_s=round(wall, 1),
+        sampled_cpu_s=round(sum(p['cpu'] for p in procs), 1), kinds={
+            k: dict(v, cpu_s=round(v['cpu_s'], 1))
+            for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]['cpu_s'])
+        }, tests=[dict(test=t, cpu_s=round(c, 1)) for t, c in tests.most_common(30)])
+
+
+def main(argv):
+    args = argv[argv.index('--') + 1:] if '--' in argv else DEFAULT
+    seen = {}
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, '-m', 'pytest', *args], cwd=ROOT)
+    while proc.poll() is None:
+        _sample(seen)
+        time.sleep(0.5)
+    wall = time.monotonic() - start
+    result = summarize(list(seen.values()), args, proc.returncode, wall)
+    os.makedirs(osp.join(ROOT, 'bench', 'results'), exist_ok=True)
+    with open(osp.join(ROOT, 'bench', 'results', 'test_suite.json'), 'w') as f:
+        json.dump(result, f, indent=1)
+    for name, k in list(result['kinds'].items())[:12]:
+        print(f'{k["cpu_s"]:8.1f} CPU-s {k["processes"]:5d} processes  {name}')
+    print(f'wall {wall:.0f} s, sampled CPU {result["sampled_cpu_s"]:.0f} s')
+    return proc.returncode
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))
