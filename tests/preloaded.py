@@ -1,15 +1,15 @@
 """``tools/dist_train.py`` in processes forked from one that has imported the stack already.
 
-Each Python process the tests start pays about 4 CPU-s for its imports (torch, MMEngine, MMCV,
-MMPose, mmddp_ext) before it does anything; the short trainings of the suite spend most of their
-time there. Where the way the processes are started is not what a test is about, it starts them
-here instead: from multiprocessing's fork server, started once per pytest worker with the stack
-imported (``set_forkserver_preload``) and nothing computed (so no thread pool is forked). Each
-process then runs the script itself as ``__main__`` (``runpy``), with its own environment,
-arguments and working directory, its stdout and stderr in a file; by hand, as a user starting
-``RANK``/``WORLD_SIZE``/``MASTER_*`` processes would, where ``nproc`` > 1. What the launchers
-themselves do (torchrun, ``dist_train.sh``, Slurm, mpirun, ``launch()``) keeps its real
-processes in the tests of those launchers.
+Each Python process the tests start imports torch, MMEngine, MMCV, MMPose and mmddp_ext before
+it does anything, and the short trainings of the suite spend most of their CPU there
+(docs/benchmarks.md, "Test suite"). Where the way the processes are started is not what a test
+is about, it starts them here instead: from multiprocessing's fork server, started once per
+pytest worker with the stack imported (``set_forkserver_preload``) and nothing computed (so no
+thread pool is forked). Each process then runs the script itself as ``__main__`` (``runpy``),
+with its own environment, arguments and working directory, its stdout and stderr in a file; by
+hand, as a user starting ``RANK``/``WORLD_SIZE``/``MASTER_*`` processes would, where ``nproc``
+> 1. What the launchers themselves do (torchrun, ``dist_train.sh``, Slurm, mpirun,
+``launch()``) keeps its real processes in the tests of those launchers.
 """
 import atexit
 import multiprocessing
@@ -77,7 +77,7 @@ def _run_script(script: str, argv: List[str], env: Dict[str, str], log: str) -> 
     except BaseException:  # noqa: B902 - as the interpreter would: the traceback, exit 1
         traceback.print_exc()
         code = 1
-    atexit._run_exitfuncs()  # what the interpreter runs at exit; multiprocessing does not
+    atexit._run_exitfuncs()  # what the interpreter runs at exit; forked children skip it
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
