@@ -36,13 +36,15 @@ def build_parser() -> argparse.ArgumentParser:
         'code; only for files you trust)')
     p.add_argument(
         '--explain', action='store_true',
-        help='print the launch topology and the scaling plan, then exit (no data, '
-        'no GPU)')
+        help='print the launch topology, the scaling plan and the node\'s figures, then exit '
+        '(reads the config and, for the node figures, two batches of the training data; no '
+        'GPU)')
     p.add_argument(
         '--world-size', '--world_size', type=int, default=None,
         help='with --explain: the number of processes to plan for (default: from '
         'the environment, else 1)')
-    p.add_argument('--json', action='store_true', help='with --explain: print one JSON object')
+    p.add_argument('--json', action='store_true',
+                   help='with --explain: print one JSON object on stdout (all else on stderr)')
     p.add_argument(
         '--memory', action='store_true',
         help='with --explain: also forecast the peak memory of every rank, from a few '

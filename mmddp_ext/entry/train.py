@@ -5,6 +5,7 @@ and :func:`mmddp_ext.launch` runs the same :func:`main` in its workers; the flag
 :mod:`.cli`'s, the ways to start it docs/launching.md.
 """
 import argparse
+import contextlib
 import faulthandler
 import inspect
 import logging
@@ -230,16 +231,37 @@ def _explain(args: argparse.Namespace) -> int:
         raise UserError(f'--world-size={world} must be at least 1')
     if args.device_memory is not None:
         parse_size(args.device_memory)  # a bad value fails before anything is measured
-    cfg = build_config(args)
-    checked = check_config(cfg, world, world > 1)
-    info = explain(cfg, world, env, checked)
-    if owns_process():
-        settle_start_up()  # before the forecast measures a step: the collector on, as in training
-    if args.memory or args.device_memory is not None:
-        info['memory_forecast'] = forecast_memory(cfg, world, info['per_device_batch_size'],
-                                                  env.nnodes, args.device_memory, checked)
+    # with --json, stdout holds the one object alone: what the libraries print meanwhile
+    # (pycocotools' "loading annotations into memory..." while the node figures load batches)
+    # goes to stderr
+    with stdout_to_stderr(args.json):
+        cfg = build_config(args)
+        checked = check_config(cfg, world, world > 1)
+        info = explain(cfg, world, env, checked)
+        if owns_process():
+            settle_start_up()  # before the forecast measures a step: the collector on
+        if args.memory or args.device_memory is not None:
+            info['memory_forecast'] = forecast_memory(cfg, world, info['per_device_batch_size'],
+                                                      env.nnodes, args.device_memory, checked)
     print(render(info, args.json), flush=True)
     return 0
+
+
+@contextlib.contextmanager
+def stdout_to_stderr(enabled: bool):
+    """While inside, file descriptor 1 (Python's and native code's stdout) writes to stderr."""
+    if not enabled:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 @record

@@ -5,6 +5,8 @@ batch, per-device batch, LR and schedule) and the rules: the global batch is kep
 per-device batch is the largest one within the config's that shares it evenly, the LR scales
 with global / base, and iteration counts keep the samples seen."""
 import json
+import os
+import subprocess
 
 import pytest
 
@@ -12,7 +14,8 @@ from mmddp_ext.entry.explain import JSON_KEYS
 from mmddp_ext.entry.train import main
 from mmddp_ext.utils.config import resolve_config_path
 
-from conftest import DEMO_CONFIG, PYTHON, check_ok, recipe_expectation, run, written_recipe
+from conftest import (DEMO_CONFIG, PYTHON, ROOT, check_ok, demo_options, recipe_expectation, run,
+                      written_recipe)
 
 POSE = 'mmpose::body_2d_keypoint/topdown_heatmap/coco/td-hm_hrnet-w32_8xb64-210e_coco-256x192.py'
 DET = 'mmdet::faster_rcnn/faster-rcnn_r50-caffe_fpn_ms-90k_coco.py'
@@ -95,6 +98,22 @@ def test_explain_readable_through_the_script():
     out = check_ok(
         run([PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--explain', '--world-size', '2']))
     assert 'per-GPU batch 16 × 2 GPUs × accumulation 1 = global 32' in out
+
+
+@pytest.mark.slow
+def test_explain_json_is_one_object_on_stdout(demo_data):
+    """``--explain --json`` as a program reads it: all of stdout is one JSON object; what the
+    libraries print meanwhile (pycocotools, while the node figures load two batches) is on
+    stderr."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    proc = subprocess.run([
+        PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--explain', '--json', '--world-size', '2',
+        *demo_options(demo_data)
+    ], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    info = json.loads(proc.stdout)  # the whole of it
+    assert set(JSON_KEYS) <= set(info) and info['world_size'] == 2, info
+    assert 'loading annotations into memory' in proc.stderr  # the control: it was printed
 
 
 def test_explain_refusal_is_one_line_and_exit_1(capsys):
