@@ -115,25 +115,31 @@ def demo_options(data_root: str, max_epochs: int = 2, validate: bool = False, sl
     return ['--cfg-options'] + [f'{k}={v}' for k, v in opts.items()]
 
 
+LAUNCHER_VARS = ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT')
+
+
+def child_env(env: Optional[Dict[str, str]] = None, without=()) -> Dict[str, str]:
+    """The environment of a process a test starts: this one's, unbuffered, one thread, the
+    repository on ``PYTHONPATH``, less the names in ``without``, plus ``env``."""
+    full = dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='1',
+                PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    for k in without:
+        full.pop(k, None)
+    full.update(env or {})
+    return full
+
+
 def run(cmd: List[str], timeout: float = 600, env: Optional[Dict[str, str]] = None,
         cwd: str = ROOT) -> subprocess.CompletedProcess:
     """Run a command to completion; output captured as text (stdout + stderr merged)."""
-    full_env = dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='1',
-                    PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
-    full_env.update(env or {})
-    return subprocess.run(cmd, cwd=cwd, env=full_env, timeout=timeout, text=True,
+    return subprocess.run(cmd, cwd=cwd, env=child_env(env), timeout=timeout, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
 def popen(cmd: List[str], env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
     """Start a command in the repository root; launcher variables are removed unless given."""
-    full = dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='1',
-                PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
-    for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT'):
-        full.pop(k, None)
-    full.update(env or {})
-    return subprocess.Popen(cmd, cwd=ROOT, env=full, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+    return subprocess.Popen(cmd, cwd=ROOT, env=child_env(env, without=LAUNCHER_VARS), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
 def finish(procs: List[subprocess.Popen], timeout: float = 600) -> List:

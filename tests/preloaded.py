@@ -17,6 +17,7 @@ import multiprocessing.connection
 import os
 import os.path as osp
 import runpy
+import subprocess
 import sys
 import time
 import traceback
@@ -70,10 +71,12 @@ def _run_script(script: str, argv: List[str], env: Dict[str, str], log: str) -> 
     code = 0
     try:
         runpy.run_path(script, run_name='__main__')
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if not isinstance(e.code, (int, type(None))):
+    except SystemExit as e:  # as the interpreter reads it: None 0, a number, else printed and 1
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
             print(e.code, file=sys.stderr)
+            code = 1
     except BaseException:  # noqa: B902 - as the interpreter would: the traceback, exit 1
         traceback.print_exc()
         code = 1
@@ -85,11 +88,10 @@ def _run_script(script: str, argv: List[str], env: Dict[str, str], log: str) -> 
 
 class Ranks:
     """The processes of one run: ``wait()`` returns ``[(returncode, output), ...]`` by rank
-    (a negative code: killed by that signal), ``pids`` are theirs."""
+    (a negative code: killed by that signal)."""
 
     def __init__(self, procs, logs) -> None:
         self.procs, self.logs = procs, logs
-        self.pids = [p.pid for p in procs]
 
     def wait(self, timeout: float = 600, grace: float = 30) -> List:
         """Wait for every process; once one fails, the others are stopped as torchrun stops a
@@ -128,16 +130,15 @@ def start(args: List[str], out_dir: str, nproc: int = 1, env: Optional[Dict[str,
     goes to ``out_dir/rank<N>.out``, or with ``one_log`` all to ``out_dir/ranks.out`` in the
     order it is written (as a launcher's ranks share its terminal)."""
     from mmddp_ext.launcher.rendezvous import find_free_port
+
+    from conftest import LAUNCHER_VARS, child_env  # here: not in the forked processes
     ctx = fork_server()
-    base = dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='1',
-                PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
-    for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT'):
-        base.pop(k, None)
+    layout = {}
     if nproc > 1:
-        base.update(
+        layout = dict(
             WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR='127.0.0.1',
             MASTER_PORT=str(port or find_free_port()))
-    base.update(env or {})
+    base = child_env({**layout, **(env or {})}, without=LAUNCHER_VARS + ('LOCAL_WORLD_SIZE', ))
     os.makedirs(out_dir, exist_ok=True)
     procs, logs = [], []
     for rank in range(nproc):
@@ -152,22 +153,16 @@ def start(args: List[str], out_dir: str, nproc: int = 1, env: Optional[Dict[str,
     return Ranks(procs, logs)
 
 
-class Finished:
-    """What ``conftest.run`` returns, for one process: ``returncode`` and ``stdout``."""
-
-    def __init__(self, returncode: int, stdout: str) -> None:
-        self.returncode, self.stdout = returncode, stdout
-
-
 def train(args: List[str], out_dir: str, env: Optional[Dict[str, str]] = None,
-          timeout: float = 600) -> Finished:
-    """``python tools/dist_train.py ARGS`` in one process, to its end."""
+          timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python tools/dist_train.py ARGS`` in one process, to its end (as ``conftest.run``
+    returns it)."""
     (code, out), = start(args, out_dir, 1, env).wait(timeout)
-    return Finished(code, out)
+    return subprocess.CompletedProcess([SCRIPT, *args], code, out)
 
 
 def dist_train(args: List[str], nproc: int, out_dir: str, env: Optional[Dict[str, str]] = None,
-               timeout: float = 600, diagnose: bool = False) -> Finished:
+               timeout: float = 600, diagnose: bool = False) -> subprocess.CompletedProcess:
     """``tools/dist_train.py ARGS`` on ``nproc`` ranks started by hand, to their end: the first
     failing rank's exit code (else 0) and the ranks' output as they wrote it. ``diagnose``:
     after a failure, ``tools/diagnose.py --train-args ARGS``, as ``dist_train.sh`` runs it
@@ -179,4 +174,4 @@ def dist_train(args: List[str], nproc: int, out_dir: str, env: Optional[Dict[str
         (_, screen), = start(['--train-args', *args], osp.join(out_dir, 'diagnose'), 1, env,
                              script=DIAGNOSE).wait(timeout)
         out += screen
-    return Finished(code, out)
+    return subprocess.CompletedProcess([SCRIPT, *args], code, out)

@@ -234,7 +234,7 @@ def _explain(args: argparse.Namespace) -> int:
     # with --json, stdout holds the one object alone: what the libraries print meanwhile
     # (pycocotools' "loading annotations into memory..." while the node figures load batches)
     # goes to stderr
-    with stdout_to_stderr(args.json):
+    with stdout_to_stderr() if args.json else contextlib.nullcontext():
         cfg = build_config(args)
         checked = check_config(cfg, world, world > 1)
         info = explain(cfg, world, env, checked)
@@ -248,11 +248,8 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def stdout_to_stderr(enabled: bool):
+def stdout_to_stderr():
     """While inside, file descriptor 1 (Python's and native code's stdout) writes to stderr."""
-    if not enabled:
-        yield
-        return
     sys.stdout.flush()
     saved = os.dup(1)
     try:
