@@ -1,7 +1,7 @@
 """The collective of the ranks' agreement: before the first iteration, :func:`agree_or_stop`
 compares every rank's view of the job (the pure part is :mod:`mmddp_ext.agreement.compare`):
 the DDPRunner before it wraps the model (DDP's own shape check would otherwise stop the job
-with torch's message), and :class:`~mmddp_ext.agreement.hook.AgreementHook` once the training
+with torch's message), and :class:`~mmddp_ext.hooks.agreement_hook.AgreementHook` once the training
 data is built.
 """
 import socket

@@ -1,16 +1,14 @@
-"""What a checkpoint save refuses or reports: non-finite weights (refused before MMEngine's
-``CheckpointHook`` removes or records anything: :class:`FiniteCheckpointHook`) and a full disk
-(one line; the previous checkpoint stays). docs/reliability.md, "Atomic checkpoints" and
-"Non-finite loss"."""
+"""What a checkpoint save refuses or reports: non-finite weights (the check that
+:class:`~mmddp_ext.hooks.finite_checkpoint_hook.FiniteCheckpointHook` and ``DDPRunner`` make
+before a save) and a full disk (one line; the previous checkpoint stays). docs/reliability.md,
+"Atomic checkpoints" and "Non-finite loss"."""
 import errno
 import itertools
 import os.path as osp
 from typing import Any, List, Optional, Tuple
 
 import torch
-from mmengine.hooks import CheckpointHook
 from mmengine.model import is_model_wrapper
-from mmengine.registry import HOOKS
 
 from ..utils.tensors import nonfinite_indices
 from ..utils.units import format_mib
@@ -50,47 +48,6 @@ def refuse_nonfinite(runner: Any, what: str) -> bool:
     if bad:
         runner.logger.warning(refusal_message(what, bad, total))
     return bool(bad)
-
-
-class RefuseNonFinite:
-    """Mixed into a ``CheckpointHook`` (class): a save is refused, when the weights are not
-    finite, *before* the hook removes the oldest or the previous best checkpoint or records
-    ``last_ckpt``/``best_score``/``best_ckpt``, so no record names a file never written and a
-    non-finite model never becomes the best. The hook has no public step in between, so the
-    two methods it overrides are listed in :mod:`mmddp_ext.utils.mmengine_private`."""
-
-    def _save_checkpoint_with_step(self, runner: Any, step: int, meta: dict) -> None:
-        if not refuse_nonfinite(runner, str(self.filename_tmpl.format(step))):
-            super()._save_checkpoint_with_step(runner, step, meta)
-
-    def _save_best_checkpoint(self, runner: Any, metrics: dict) -> None:
-        if not self.save_best:  # nothing to save (and runner.epoch would build the train loop)
-            return super()._save_best_checkpoint(runner, metrics)
-        unit, count = ('epoch', runner.epoch) if self.by_epoch else ('iter', runner.iter)
-        if not refuse_nonfinite(runner,
-                                f'{unit} {count} as a best checkpoint (its score is not compared)'):
-            super()._save_best_checkpoint(runner, metrics)
-
-
-@HOOKS.register_module()
-class FiniteCheckpointHook(RefuseNonFinite, CheckpointHook):
-    """MMEngine's ``CheckpointHook`` that refuses a save with non-finite weights before it
-    removes or records anything (:class:`RefuseNonFinite`). ``DDPRunner`` uses it in place of
-    ``CheckpointHook``; with MMEngine's ``Runner``, name it in ``default_hooks.checkpoint``."""
-
-
-def finite_checkpoint_type(hook_type: Any) -> Any:
-    """The type a ``default_hooks.checkpoint`` config gets instead of ``hook_type``:
-    ``FiniteCheckpointHook`` for ``CheckpointHook``, a subclass of a project's own
-    ``CheckpointHook`` subclass with :class:`RefuseNonFinite` mixed in, and anything else
-    (another hook, one that refuses already, a name not registered) unchanged."""
-    cls = HOOKS.get(hook_type) if isinstance(hook_type, str) else hook_type
-    if (not isinstance(cls, type) or not issubclass(cls, CheckpointHook)
-            or issubclass(cls, RefuseNonFinite)):
-        return hook_type
-    if cls is CheckpointHook:
-        return FiniteCheckpointHook
-    return type(f'Finite{cls.__name__}', (RefuseNonFinite, cls), {})
 
 
 DISK_FULL = (errno.ENOSPC, getattr(errno, 'EDQUOT', errno.ENOSPC))

@@ -17,8 +17,8 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from ..node.facts import node_facts
-from ..node.limits import NodeFacts, NodeLoad, batchnorm_warning, node_figures
-from ..node.measure import count_training_batchnorms, tensor_bytes
+from ..node.limits import NodeFacts, NodeLoad, node_figures
+from ..node.measure import runner_batchnorm_warning, tensor_bytes
 from ..utils.checks import true_or_false
 from ..utils.log import log_line
 from ..utils.process import rss_bytes
@@ -121,7 +121,7 @@ class NodeLimitsHook(Hook):
             return
         self._bn_checked = True
         if runner.rank == 0:
-            self.bn_warning = bn_warning(runner)
+            self.bn_warning = runner_batchnorm_warning(runner)
             if self.bn_warning:
                 log_line(self.bn_warning, logging.WARNING)
 
@@ -133,27 +133,6 @@ class NodeLimitsHook(Hook):
         self.warnings = node_warnings(views)
         for line in self.warnings:
             log_line(line, logging.WARNING, rank0_only=True)
-
-
-def bn_warning(runner) -> Optional[str]:
-    """:func:`~mmddp_ext.node.limits.batchnorm_warning` for the runner's model at its
-    per-device batch (each micro-batch's, where ``MicrobatchDDP`` splits it)."""
-    model, loader = runner.model, runner.train_dataloader
-    plan = getattr(runner, 'scaling_plan', None)
-    # the plan's; else the loader's, or its batch sampler's (MMDetection's aspect-ratio one)
-    batch = (
-        plan.per_device_batch_size if plan is not None else getattr(loader, 'batch_size', None)
-        or getattr(getattr(loader, 'batch_sampler', None), 'batch_size', None))
-    if not batch:
-        return None
-    micro = int(getattr(model, 'micro_batches', 1) or 1)
-    samples = -(-batch // micro)
-    why = []
-    if getattr(runner, 'batch_probe', None) is not None:
-        why.append(f'the batch finder chose per-device batch {batch}')
-    if micro > 1:
-        why.append(f'{micro} micro-batches of at most {samples}')
-    return batchnorm_warning(count_training_batchnorms(model), samples, '; '.join(why))
 
 
 @contextmanager

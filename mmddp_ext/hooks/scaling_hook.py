@@ -10,10 +10,10 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from ..memory.budget import held_bytes
+from ..node.measure import runner_batchnorm_warning
 from ..scaling.report import plan_table
 from ..scaling.resume import convert_checkpoint, resume_factor
 from ..utils.units import format_mib
-from .node_limits_hook import bn_warning
 
 META_KEY = 'scaling_plan'
 
@@ -130,7 +130,7 @@ class ScalingHook(Hook):
                 f'[mmddp_ext] out of memory at iteration {runner.iter + 1}; training goes on '
                 f'with per-device batch {batch} run as {micro} micro-batches of at most {now} '
                 f'samples (global batch {plan.global_batch_size} and LR unchanged)')
-            lowered = bn_warning(runner)  # its BatchNorms now see a micro-batch
+            lowered = runner_batchnorm_warning(runner)  # its BatchNorms now see a micro-batch
             if lowered:
                 runner.logger.warning(f'[mmddp_ext] {lowered}')
         stored = getattr(runner, 'batch_probe', None)

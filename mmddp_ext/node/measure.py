@@ -13,6 +13,7 @@ from mmengine.registry import MODELS, init_default_scope
 from mmengine.runner import Runner
 
 from ..utils.process import rss_bytes
+from .limits import batchnorm_warning
 
 BATCHNORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
 
@@ -85,3 +86,24 @@ def count_training_batchnorms(model: torch.nn.Module) -> int:
     """The plain BatchNorm layers of ``model`` in training mode (a model that is training:
     its frozen ones, ``norm_eval=True``, are in eval mode; SyncBN is no plain BatchNorm)."""
     return sum(1 for m in model.modules() if isinstance(m, BATCHNORMS) and m.training)
+
+
+def runner_batchnorm_warning(runner: Any) -> Optional[str]:
+    """:func:`~mmddp_ext.node.limits.batchnorm_warning` for the runner's model at its
+    per-device batch (each micro-batch's, where ``MicrobatchDDP`` splits it)."""
+    model, loader = runner.model, runner.train_dataloader
+    plan = getattr(runner, 'scaling_plan', None)
+    # the plan's; else the loader's, or its batch sampler's (MMDetection's aspect-ratio one)
+    batch = (
+        plan.per_device_batch_size if plan is not None else getattr(loader, 'batch_size', None)
+        or getattr(getattr(loader, 'batch_sampler', None), 'batch_size', None))
+    if not batch:
+        return None
+    micro = int(getattr(model, 'micro_batches', 1) or 1)
+    samples = -(-batch // micro)
+    why = []
+    if getattr(runner, 'batch_probe', None) is not None:
+        why.append(f'the batch finder chose per-device batch {batch}')
+    if micro > 1:
+        why.append(f'{micro} micro-batches of at most {samples}')
+    return batchnorm_warning(count_training_batchnorms(model), samples, '; '.join(why))

@@ -23,13 +23,15 @@ from mmengine.runner import Runner
 
 from ..agreement.collective import agree_or_stop, view_of
 from ..batch_finder.finder import find_max_batch
-from ..checkpoint import (DISK_FULL, disk_full_error, finite_checkpoint_type, from_plain,
-                          previous_checkpoint, refuse_nonfinite, to_plain)
+from ..checkpoint import (DISK_FULL, disk_full_error, from_plain, previous_checkpoint,
+                          refuse_nonfinite, to_plain)
 from ..ddp.process_group import ensure_process_group
 from ..ddp.shared_batches import share_batches
 from ..ddp.workers import tie_workers
 from ..ddp.wrapper import ddp_param_names, model_wrapper_for, sync_bn_for_rank, with_rank_device
+from ..global_loss.log_processor import log_processor_cfg
 from ..gpu import gpus, rank_device
+from ..hooks.finite_checkpoint_hook import finite_checkpoint_type
 from ..launcher.layout import read_launch_env
 from ..memory.budget import apply_budget, checkpoint_writing
 from ..scaling.apply import CheckedScaling, apply_plan, plan_for_config
@@ -42,7 +44,6 @@ from .callers_process import PutsBackCallersProcess
 from .config_text import TextOnceConfig
 from .default_hooks import hook_type_name, our_default_hooks
 from .evaluation_order import WarnsOfEvaluationPadding
-from .global_loss import log_processor_cfg
 from .patient_evaluation import WaitsForMetricsPatiently
 from .resumable_loop import resumable_loop_cfg
 from .training_refusal import TrainsOnlyWithAPlan, checked_or_refused
@@ -310,10 +311,11 @@ class DDPRunner(PutsBackCallersProcess, TrainsOnlyWithAPlan, WarnsOfEvaluationPa
 
     def register_default_hooks(self, hooks: Optional[dict] = None) -> None:
         """MMEngine's default hooks, the checkpoint hook built as its
-        :func:`~mmddp_ext.checkpoint.finite_checkpoint_type` (``FiniteCheckpointHook`` for
-        ``CheckpointHook``): a refused save is never named in ``last_checkpoint`` and never
-        becomes the best checkpoint. A hook given as an object is kept as it is (this
-        method's ``save_checkpoint`` still refuses to write non-finite weights)."""
+        :func:`~mmddp_ext.hooks.finite_checkpoint_hook.finite_checkpoint_type`
+        (``FiniteCheckpointHook`` for ``CheckpointHook``): a refused save is never named in
+        ``last_checkpoint`` and never becomes the best checkpoint. A hook given as an object is
+        kept as it is (this method's ``save_checkpoint`` still refuses to write non-finite
+        weights)."""
         hooks = our_default_hooks(hooks, self.cfg.get('custom_hooks'), warn=True)
         checkpoint = hooks.get('checkpoint', dict(type='CheckpointHook', interval=1))
         if isinstance(checkpoint, dict) and 'type' in checkpoint:
@@ -339,7 +341,7 @@ class DDPRunner(PutsBackCallersProcess, TrainsOnlyWithAPlan, WarnsOfEvaluationPa
 
     def build_log_processor(self, log_processor: Any) -> Any:
         """MMEngine's, with the training losses averaged over the ranks
-        (:mod:`~mmddp_ext.runner.global_loss`) where the config asks for the stock one."""
+        (:mod:`~mmddp_ext.global_loss.log_processor`) where the config asks for the stock one."""
         return super().build_log_processor(log_processor_cfg(log_processor))
 
     def build_logger(self, *args: Any, **kwargs: Any) -> Any:

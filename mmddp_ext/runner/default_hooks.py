@@ -21,7 +21,7 @@ DEFAULT_HOOKS = dict(
     # sync buffers at every forward); averaged after each training epoch, so that every rank
     # validates with the same model. A config's own SyncBuffersHook in custom_hooks is the one.
     sync_buffers=dict(type='SyncBuffersHook'),
-    # the ranks' mean training losses in the log (runner/global_loss.py)
+    # the ranks' mean training losses in the log (hooks/global_loss_hook.py)
     global_loss=dict(type='GlobalLossHook'),
     # before the first iteration: a node whose /dev/shm or memory cannot hold its loading
     node_limits=dict(type='NodeLimitsHook'),

@@ -70,12 +70,13 @@ PRIVATE_NAMES: Tuple[PrivateName, ...] = (
         'the counter only through initialize_count_status, which also resets max_counts'),
     PrivateName(
         'mmengine.hooks:CheckpointHook', '_save_checkpoint_with_step', 'class',
-        'checkpoint/save.py',
-        'overridden by the registered subclass FiniteCheckpointHook: a save with non-finite '
+        'hooks/finite_checkpoint_hook.py',
+        'overridden by FiniteCheckpointHook (registered): a save with non-finite '
         'weights is refused before CheckpointHook removes old checkpoints or records '
         'last_checkpoint; the hook has no public step in between'),
     PrivateName(
-        'mmengine.hooks:CheckpointHook', '_save_best_checkpoint', 'class', 'checkpoint/save.py',
+        'mmengine.hooks:CheckpointHook', '_save_best_checkpoint', 'class',
+        'hooks/finite_checkpoint_hook.py',
         'overridden as _save_checkpoint_with_step: a refused save must never become '
         'the best one'),
     PrivateName(
@@ -95,7 +96,7 @@ PRIVATE_NAMES: Tuple[PrivateName, ...] = (
         'the end of a run reaches the test loop only if it was built: the public test_loop '
         'property builds it (and its data loader) when it was not'),
     PrivateName(
-        'mmengine.runner:LogProcessor', '_collect_scalars', 'class', 'runner/global_loss.py',
+        'mmengine.runner:LogProcessor', '_collect_scalars', 'class', 'global_loss/log_processor.py',
         'overridden by the registered subclass GlobalLossLogProcessor: the one step where the '
         'values of a log line are made, before both the text line and the visualizer\'s scalars '
         'are built from them'),

@@ -1,4 +1,4 @@
-"""The training loss in the log speaks for every rank (``mmddp_ext.runner.global_loss``): two
+"""The training loss in the log speaks for every rank (``mmddp_ext.global_loss.log_processor``): two
 ranks of the demo (started by hand from the preloaded stack, ``tests/preloaded.py``) whose
 total losses differ by construction (``RankLossOffset`` adds 10 to rank 1's), logged every
 iteration with a window of one iteration. Rank 0's log line carries the mean of the two ranks'

@@ -16,7 +16,7 @@ from mmengine.registry import HOOKS, METRICS
 from mmengine.runner import Runner
 from mmengine.testing import RunnerTestCase
 
-from mmddp_ext.checkpoint.save import FiniteCheckpointHook, RefuseNonFinite
+from mmddp_ext.hooks.finite_checkpoint_hook import FiniteCheckpointHook, RefuseNonFinite
 from mmddp_ext.hooks.finite_loss_hook import (FiniteLossHook, NonFiniteLossError, format_lr,
                                               nonfinite_grads, nonfinite_terms)
 from mmddp_ext.runner.ddp_runner import DDPRunner

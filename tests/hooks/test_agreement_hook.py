@@ -9,7 +9,7 @@ from mmengine.testing import RunnerTestCase
 
 from mmddp_ext.agreement.collective import agree_or_stop, parameter_shapes, versions, view_of
 from mmddp_ext.agreement.compare import PACKAGES, RanksDisagreeError
-from mmddp_ext.agreement.hook import AgreementHook
+from mmddp_ext.hooks.agreement_hook import AgreementHook
 from mmddp_ext.runner.ddp_runner import DDPRunner
 
 

@@ -1,9 +1,9 @@
-"""``mmddp_ext.runner.global_loss``: the pure step that makes a log line's losses the ranks'
+"""``mmddp_ext.global_loss.log_processor``: the pure step that makes a log line's losses the ranks'
 mean (table-tested), and the config rule that picks the processor."""
 import pytest
 from mmengine.runner import LogProcessor
 
-from mmddp_ext.runner.global_loss import is_loss, log_processor_cfg, over_ranks
+from mmddp_ext.global_loss.log_processor import is_loss, log_processor_cfg, over_ranks
 
 LINE_0 = dict(lr=0.01, time=0.5, loss=1.0, loss_kpt=0.5, acc_pose=0.25)
 
@@ -60,7 +60,7 @@ def test_the_stock_processor_is_replaced_any_other_kept(given, expected_type):
 
 
 def test_rows_of_ranks_that_log_other_losses_are_not_mixed():
-    from mmddp_ext.runner.global_loss import MAX_LOSSES, losses_of, row_of
+    from mmddp_ext.global_loss.log_processor import MAX_LOSSES, losses_of, row_of
     keys = ['loss', 'loss_kpt']
     same = [row_of(keys, [1.0, 0.5]), row_of(keys, [3.0, 1.5])]
     assert len(same[0]) == len(row_of(['loss'], [2.0])) == 1 + MAX_LOSSES  # one size for all

@@ -1,17 +1,11 @@
-"""The training losses in the log speak for every rank.
+"""The training losses in the log speak for every rank: the log processor and the pure steps of
+the exchange that :class:`~mmddp_ext.hooks.global_loss_hook.GlobalLossHook` runs.
 
-MMEngine logs rank 0's losses alone (mmcv 1.x averaged them over the ranks): a rank that trains
-on other data, or diverges, does not show. With ``DDPRunner`` each training loss of a logged
-line is the mean over the ranks of each rank's smoothed value (the value the stock processor
-would log there), with ``loss_rank_min`` and ``loss_rank_max`` beside the total loss.
-
-Two parts. :class:`GlobalLossHook` (``default_hooks.global_loss``) exchanges the ranks' values
-once per logged line: one gather of a fixed-size row of numbers, on the iterations where
-``LoggerHook`` logs (every rank decides alike), never per iteration. It runs before
-``IterTimerHook`` ends the iteration's clock, so the wait for a later rank counts in this
-iteration's time, as DDP's own all-reduce would, not in the next one's data time.
-:class:`GlobalLossLogProcessor`, MMEngine's ``LogProcessor`` where a config asks for the stock
-one, logs the exchanged values. ``default_hooks.global_loss=None`` logs rank 0's values again.
+MMEngine logs rank 0's losses alone: a rank that trains on other data, or diverges, does not
+show. With ``DDPRunner`` each training loss of a logged line is the mean over the ranks of each
+rank's smoothed value (the value the stock processor would log there), with ``loss_rank_min``
+and ``loss_rank_max`` beside the total loss. ``default_hooks.global_loss=None`` logs rank 0's
+values again.
 """
 import math
 import numbers
@@ -19,10 +13,7 @@ import zlib
 from collections import OrderedDict
 from typing import Any, Dict, List, Mapping, Optional
 
-import torch
-from mmengine.dist import all_gather, get_world_size
-from mmengine.hooks import Hook, LoggerHook
-from mmengine.registry import HOOKS, LOG_PROCESSORS
+from mmengine.registry import LOG_PROCESSORS
 from mmengine.runner import LogProcessor
 
 SPREAD_OF = 'loss'  # the total loss gets the ranks' minimum and maximum beside it
@@ -76,7 +67,7 @@ def losses_of(keys: List[str], rows: List[List[float]]) -> Optional[List[Dict[st
 
 @LOG_PROCESSORS.register_module()
 class GlobalLossLogProcessor(LogProcessor):
-    """MMEngine's ``LogProcessor``; a training line that :class:`GlobalLossHook` exchanged
+    """MMEngine's ``LogProcessor``; a training line that ``GlobalLossHook`` exchanged
     carries the ranks' mean losses (any other line is as the stock processor makes it).
     Takes ``LogProcessor``'s arguments."""
 
@@ -100,46 +91,6 @@ class GlobalLossLogProcessor(LogProcessor):
             tags = [{f'train/{k}': v for k, v in losses.items()} for losses in tags]
         tags[runner.rank] = tag  # this rank's whole line; the others' losses
         return over_ranks(tags, runner.rank)
-
-
-@HOOKS.register_module()
-class GlobalLossHook(Hook):
-    """Exchanges the ranks' training losses on the iterations ``LoggerHook`` logs, for
-    :class:`GlobalLossLogProcessor` (module docstring)."""
-
-    priority = 'ABOVE_NORMAL'  # after RuntimeInfoHook records the losses, before IterTimerHook
-
-    def __init__(self) -> None:
-        self.logger: Optional[LoggerHook] = None  # the run's LoggerHook, when there is an exchange
-
-    def before_train(self, runner) -> None:
-        """Whether this run exchanges at all, decided once: several ranks, our processor with a
-        window of iterations, and a LoggerHook whose lines to follow."""
-        processor = runner.log_processor
-        self.logger = None
-        if get_world_size() > 1 and isinstance(processor, GlobalLossLogProcessor) and \
-                isinstance(processor.window_size, int):
-            self.logger = next((h for h in runner.hooks if isinstance(h, LoggerHook)), None)
-
-    def after_train_iter(self, runner, batch_idx: int, data_batch: Any = None,
-                         outputs: Optional[dict] = None) -> None:
-        if self.logger is None or not _logs_now(self.logger, runner, batch_idx):
-            return
-        processor = runner.log_processor
-        local = processor.local_losses(runner)
-        keys = list(local)
-        rows = all_gather(torch.tensor(row_of(keys, [local[k] for k in keys]), dtype=torch.float64))
-        losses = losses_of(keys, [row.tolist() for row in rows])
-        processor.exchanged = None if losses is None else (runner.iter, losses)
-
-
-def _logs_now(logger: LoggerHook, runner, batch_idx: int) -> bool:
-    """Whether ``LoggerHook.after_train_iter`` logs a line at this iteration (its own rule)."""
-    if logger.every_n_inner_iters(batch_idx, logger.interval):
-        return True
-    return logger.end_of_epoch(runner.train_dataloader,
-                               batch_idx) and (not logger.ignore_last
-                                               or len(runner.train_dataloader) <= logger.interval)
 
 
 def log_processor_cfg(log_processor: Any) -> Any:

@@ -10,8 +10,8 @@ from typing import Any, Dict, List, Optional
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
+from ..agreement.collective import agree_or_stop, view_of
 from ..utils.checks import true_or_false
-from .collective import agree_or_stop, view_of
 
 
 def _length(obj: Any) -> Optional[int]:
