@@ -87,7 +87,7 @@ class HangWatchdogHook(Hook):
     30-minute collective timeout.
 
     After the last validation (or test) batch rank 0 computes the metrics while the others wait
-    (:class:`~mmddp_ext.ddp.evaluator.PatientEvaluator`, not the collective timeout, bounds that
+    (:class:`~mmddp_ext.runner.evaluation.PatientEvaluator`, not the collective timeout, bounds that
     wait): rank 0's bound is then :func:`metric_bound` (``metric_timeout``, else 10× the longest
     computation so far, at least ``slow_timeout``; 3600 s for the first), the waiting ranks'
     60 s later; every ``report_every`` seconds rank 0 logs how long it has computed and how

@@ -43,8 +43,7 @@ from ..utils.quiet import quiet_logger, quiet_warnings
 from .callers_process import PutsBackCallersProcess
 from .config_text import TextOnceConfig
 from .default_hooks import hook_type_name, our_default_hooks
-from .evaluation_order import WarnsOfEvaluationPadding
-from .patient_evaluation import WaitsForMetricsPatiently
+from .evaluation import RankEvaluation
 from .resumable_loop import resumable_loop_cfg
 from .training_refusal import TrainsOnlyWithAPlan, checked_or_refused
 from .work_dir_sharing import share_work_dir
@@ -146,8 +145,7 @@ def applies_plan(runner_type: Any) -> bool:
 
 
 @RUNNERS.register_module()
-class DDPRunner(PutsBackCallersProcess, TrainsOnlyWithAPlan, WarnsOfEvaluationPadding,
-                WaitsForMetricsPatiently, Runner):
+class DDPRunner(PutsBackCallersProcess, TrainsOnlyWithAPlan, RankEvaluation, Runner):
     """A Runner whose batch size, accumulation, LR and schedule follow the ``scaling`` plan.
 
     Construct it with :meth:`from_cfg` (``RUNNERS.build(cfg)`` does). Attributes added to the

@@ -1,16 +1,15 @@
-"""WaitsForMetricsPatiently on MMEngine's toy runner: the evaluators it builds wait with the
+"""RankEvaluation on MMEngine's toy runner: the evaluators it builds wait with the
 hang watchdog's metric bound; an evaluator of the config's own class is kept."""
 from mmengine.evaluator import Evaluator
 from mmengine.registry import EVALUATOR
 from mmengine.runner import Runner
 from mmengine.testing import RunnerTestCase
 
-from mmddp_ext.ddp.evaluator import DEFAULT_WAIT, PatientEvaluator
 from mmddp_ext.hooks.watchdog_hook import METRIC_GRACE
-from mmddp_ext.runner.patient_evaluation import WaitsForMetricsPatiently
+from mmddp_ext.runner.evaluation import DEFAULT_WAIT, PatientEvaluator, RankEvaluation
 
 
-class PatientRunner(WaitsForMetricsPatiently, Runner):
+class PatientRunner(RankEvaluation, Runner):
     pass
 
 
@@ -44,3 +43,8 @@ class TestPatientEvaluation(RunnerTestCase):
         runner = self._runner(
             val_evaluator=dict(type='OwnEvaluator', metrics=[dict(type='ToyMetric')]))
         self.assertIs(type(runner.val_loop.evaluator), OwnEvaluator)
+
+    def test_an_evaluator_object_is_returned_as_it_is(self):
+        runner = self._runner()
+        given = Evaluator([dict(type='ToyMetric')])
+        self.assertIs(runner.build_evaluator(given), given)

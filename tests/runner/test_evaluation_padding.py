@@ -1,4 +1,4 @@
-"""``mmddp_ext.runner.evaluation_order``: which val/test samplers can count a padded sample
+"""``mmddp_ext.runner.evaluation``: which val/test samplers can count a padded sample
 twice (table), and the warning a loop built on one gets."""
 from types import SimpleNamespace
 
@@ -6,7 +6,7 @@ import pytest
 from mmengine.logging import MMLogger
 from torch.utils.data import DataLoader, SequentialSampler
 
-from mmddp_ext.runner.evaluation_order import _check, padding_warning
+from mmddp_ext.runner.evaluation import _check, padding_warning
 
 
 @pytest.mark.parametrize(

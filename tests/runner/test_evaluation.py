@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from mmengine.evaluator import BaseMetric, Evaluator
 
-from mmddp_ext.ddp.evaluator import PatientEvaluator, keeps_stock_evaluate, to_cpu
+from mmddp_ext.runner.evaluation import PatientEvaluator, keeps_stock_evaluate, to_cpu
 
 COLLECTIVE_TIMEOUT = 2.0  # seconds: the process group's, far below rank 0's computation
 

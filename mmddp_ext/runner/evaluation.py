@@ -1,15 +1,16 @@
-"""Ranks that wait for rank 0's metrics wait with a bound of their own, not the collective timeout.
+"""Evaluation over the ranks: metrics that wait with a bound of their own, and samplers that
+keep every sample counted once (docs/reliability.md, "Slow metrics").
 
-MMEngine's metrics (``BaseMetric.evaluate``) collect every rank's results, compute the metrics on
-rank 0 alone and broadcast them; the other ranks wait for that broadcast in the default process
-group, so a metric that takes longer than ``env_cfg.dist_cfg.timeout`` (a COCO evaluation of a
-large val set) ends the job in the middle of validation. :class:`PatientEvaluator` runs the same
-three steps, with the same public parts of the metric, over a gloo group of its own, made for
-this evaluation with the bound its ``wait_timeout`` gives (the hang watchdog's metric bound,
-where :class:`~mmddp_ext.runner.DDPRunner` builds it). The results travel through that group
-too, not through a folder (MMEngine's default, ``.dist_test/`` under the working directory,
-which nodes that share nothing do not see). A metric whose class has its own ``evaluate`` is
-called as it is. ``docs/reliability.md``, "Slow metrics".
+MMEngine's metrics (``BaseMetric.evaluate``) collect every rank's results, compute on rank 0
+and broadcast; the other ranks wait in the default process group, so a metric slower than
+``env_cfg.dist_cfg.timeout`` ends the job mid-validation. :class:`PatientEvaluator` runs the
+same three steps over a gloo group of its own, with the bound its ``wait_timeout`` gives, and
+gathers the results through that group rather than a folder that nodes may not share.
+
+``DefaultSampler`` and torch's ``DistributedSampler`` lay samples out as MMEngine's result
+collection expects, so padded copies are dropped and the metrics are the same on any number of
+ranks; another sampler on a dataset the world size does not divide may count a sample twice:
+:func:`padding_warning` says so before the loop runs.
 """
 import logging
 from datetime import timedelta
@@ -22,6 +23,8 @@ from mmengine.evaluator import BaseMetric, Evaluator
 from mmengine.registry import EVALUATOR
 
 from ..utils.log import log_line
+
+ORDER_KEEPING = ('DefaultSampler', 'DistributedSampler')  # their rank layout is collect's
 
 DEFAULT_WAIT = 3600.0  # seconds the other ranks wait for rank 0's metrics, without a watchdog
 
@@ -135,3 +138,62 @@ def _evaluate(metric: BaseMetric, size: int, group: Optional[Any]) -> dict:
     dist.broadcast_object_list(box, src=0, group=group)
     metric.results.clear()
     return box[0]
+
+
+def padding_warning(split: str, sampler: str, samples: int, world_size: int) -> Optional[str]:
+    """The warning for ``split``'s sampler (its class name) on ``samples`` samples and
+    ``world_size`` ranks, or None when every sample counts once."""
+    if world_size < 2 or samples % world_size == 0 or sampler in ORDER_KEEPING:
+        return None
+    padded = -(-samples // world_size) * world_size
+    return (f'{split}_dataloader.sampler is {sampler}: with {world_size} ranks its {samples} '
+            f'samples become {padded}, and MMEngine drops the extra ones only in '
+            f"DefaultSampler's order, so a sample may count twice in the metrics and another "
+            f'not at all: use {split}_dataloader.sampler=dict(type=\'DefaultSampler\', '
+            'shuffle=False), or a set whose size the number of ranks divides')
+
+
+def _check(loop: Any, split: str, world_size: int) -> None:
+    loader = getattr(loop, 'dataloader', None)
+    dataset = getattr(loader, 'dataset', None)
+    try:
+        samples = len(dataset)
+    except TypeError:  # no length: nothing to pad
+        return
+    warning = padding_warning(split,
+                              type(getattr(loader, 'sampler', None)).__name__, samples, world_size)
+    if warning:
+        log_line(warning, logging.WARNING, rank0_only=True)
+
+
+class RankEvaluation:
+    """Mixin for a ``Runner``: how its val and test loops evaluate over the ranks.
+
+    An evaluator it builds from a config (a metric, a list of metrics or
+    ``dict(metrics=...)`` for the stock ``Evaluator``) is a :class:`PatientEvaluator` over the
+    same metrics; an evaluator object, or one of another class, is kept as it is. The val and
+    test loops it builds are checked by :func:`padding_warning`.
+    """
+
+    def build_evaluator(self, evaluator: Any) -> Any:
+        built = super().build_evaluator(evaluator)
+        if type(built) is Evaluator and built is not evaluator:
+            return PatientEvaluator(built.metrics, wait_timeout=self.metric_wait)
+        return built
+
+    def metric_wait(self) -> float:
+        """Seconds the ranks wait for rank 0's metrics: the ``metric_wait()`` of the first hook
+        that has one (:class:`~mmddp_ext.hooks.HangWatchdogHook`), else :data:`DEFAULT_WAIT`."""
+        bound = next(
+            (h.metric_wait for h in self.hooks if callable(getattr(h, 'metric_wait', None))), None)
+        return bound() if bound is not None else DEFAULT_WAIT
+
+    def build_val_loop(self, loop: Any) -> Any:
+        built = super().build_val_loop(loop)
+        _check(built, 'val', self.world_size)
+        return built
+
+    def build_test_loop(self, loop: Any) -> Any:
+        built = super().build_test_loop(loop)
+        _check(built, 'test', self.world_size)
+        return built
