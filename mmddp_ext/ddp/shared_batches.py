@@ -10,9 +10,10 @@ moves the batch's tensors into shared memory itself, right after collating it, a
 and a failure is the worker's own error, which torch raises again in the rank, whose
 diagnosis names /dev/shm, its size and the fixes.
 """
+import functools
 import os
 import socket
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import torch
 from torch.utils.data import get_worker_info
@@ -25,16 +26,17 @@ MESSAGE = 'could not hand its batch to its rank through shared memory'  # the di
 _DEPTH = 8  # a batch's containers and data samples nest a few levels deep
 
 
-class SharedBatches:
+class SharedBatches(functools.partial):
     """A ``collate_fn`` that, in a DataLoader worker, moves the collated batch's CPU tensors
-    into shared memory (:func:`share_batch`); in the rank itself (no workers) it is the loader's
-    own function. Picklable wherever that function is (every multiprocessing start method)."""
+    into shared memory (:func:`share_batch`); in the rank itself (no workers) it only collates.
 
-    def __init__(self, collate_fn: Callable[[Any], Any]) -> None:
-        self.collate_fn = collate_fn
+    It is the :class:`functools.partial` MMEngine's ``build_dataloader`` makes, with the same
+    ``.func``, ``.args`` and ``.keywords``, and it pickles with every multiprocessing start
+    method.
+    """
 
-    def __call__(self, samples: Any) -> Any:
-        batch = self.collate_fn(samples)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        batch = super().__call__(*args, **kwargs)
         info = get_worker_info()
         if info is not None:
             share_batch(batch, info.id)
@@ -94,8 +96,12 @@ def _tensors(obj: Any, depth: int, seen: set) -> Iterator[torch.Tensor]:
 
 def share_batches(dataloader: Any) -> Any:
     """Give ``dataloader`` (before its workers start) a :class:`SharedBatches` collate function
-    where it has workers; returns it."""
-    if getattr(dataloader, 'num_workers',
-               0) and not isinstance(getattr(dataloader, 'collate_fn', None), SharedBatches):
-        dataloader.collate_fn = SharedBatches(dataloader.collate_fn)
+    where it has workers and its collate function is a ``functools.partial`` (as MMEngine
+    builds every one from a config); returns it. A collate function given as another callable
+    is kept as it is (MMEngine returns that very object), and its workers hand their batches
+    over as torch does."""
+    collate = getattr(dataloader, 'collate_fn', None)
+    if (getattr(dataloader, 'num_workers', 0) and isinstance(collate, functools.partial)
+            and not isinstance(collate, SharedBatches)):
+        dataloader.collate_fn = SharedBatches(collate.func, *collate.args, **collate.keywords)
     return dataloader

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 from mmengine.dataset import InfiniteSampler
 from mmengine.registry import DATA_SAMPLERS, LOOPS
 from mmengine.runner import BaseLoop, IterBasedTrainLoop
+from mmengine.runner.loops import _InfiniteDataloaderIterator
 from mmengine.runner.utils import calc_dynamic_intervals
 from torch.utils.data import BatchSampler
 
@@ -42,46 +43,45 @@ class ResumableInfiniteSampler(InfiniteSampler):
         return itertools.islice(self._indices_of_rank(), skip, None)
 
 
-class ResumedBatches:
-    """The loader's batches without end (a new pass, with the next ``set_epoch``, after each
-    finite one, as MMEngine's loop does), from iteration ``start`` (counted from 0).
+class ResumedBatches(_InfiniteDataloaderIterator):
+    """MMEngine's endless iterator over a loader (a new pass, with the next ``set_epoch``,
+    after each finite one), from iteration ``start`` (counted from 0).
 
     With a :class:`ResumableInfiniteSampler` or :class:`ResumableSampler` under a plain
     ``BatchSampler`` the sampler starts ``start`` batches in and nothing before is loaded; with
     another one the first ``start`` batches are loaded and dropped, and ``log`` says so first.
+    It keeps MMEngine's attributes (the loader, the open iterator, the passes made).
     """
 
     def __init__(self, loader: Any, start: int, log: Callable[[str], None] = print) -> None:
-        self.loader, self.passes, drop = loader, 0, 0
+        # not MMEngine's __init__: it would open the loader before the sampler is moved on
+        self._dataloader, self._epoch, drop = loader, 0, 0
         sampler = getattr(loader, 'sampler', None)
         plain = type(getattr(loader, 'batch_sampler', None)) is BatchSampler and loader.batch_size
         if start and plain and isinstance(sampler, ResumableInfiniteSampler):
             sampler.skip = start * loader.batch_size
         elif start and plain and isinstance(sampler, ResumableSampler):
-            self.passes, done = divmod(start, len(loader))
-            sampler.set_epoch(self.passes)
+            self._epoch, done = divmod(start, len(loader))
+            sampler.set_epoch(self._epoch)
             sampler.skip = done * loader.batch_size
         elif start:
             drop = start
             log(f'the sampler ({type(sampler).__name__}) cannot skip batches: loading and '
                 f'dropping the first {start}')
-        self.iterator = iter(loader)
+        self._iterator = iter(loader)
         for _ in range(drop):
             next(self)
 
-    def __iter__(self) -> 'ResumedBatches':
-        return self
-
     def __next__(self) -> Any:
         try:
-            return next(self.iterator)
-        except StopIteration:  # a finite sampler's pass is over: the next one
-            self.passes += 1
-            set_epoch = getattr(getattr(self.loader, 'sampler', None), 'set_epoch', None)
+            return next(self._iterator)
+        except StopIteration:  # a finite sampler's pass is over: the next one, at once
+            self._epoch += 1
+            set_epoch = getattr(getattr(self._dataloader, 'sampler', None), 'set_epoch', None)
             if set_epoch is not None:
-                set_epoch(self.passes)
-            self.iterator = iter(self.loader)
-            return next(self.iterator)
+                set_epoch(self._epoch)
+            self._iterator = iter(self._dataloader)
+            return next(self._iterator)
 
 
 @LOOPS.register_module()

@@ -96,6 +96,18 @@ PRIVATE_NAMES: Tuple[PrivateName, ...] = (
         'the end of a run reaches the test loop only if it was built: the public test_loop '
         'property builds it (and its data loader) when it was not'),
     PrivateName(
+        'mmengine.runner:loops', '_InfiniteDataloaderIterator', 'class',
+        'runner/resumable_iter_loop.py',
+        'ResumedBatches subclasses it, so that an iteration loop\'s dataloader_iterator keeps '
+        'MMEngine\'s type; MMEngine has no public iterator class there'),
+    PrivateName('mmengine.runner.loops:_InfiniteDataloaderIterator', '_dataloader', 'instance',
+                'runner/resumable_iter_loop.py',
+                'ResumedBatches keeps the attributes of the class it subclasses: the loader'),
+    PrivateName(
+        'mmengine.runner.loops:_InfiniteDataloaderIterator', '_iterator', 'instance',
+        'runner/resumable_iter_loop.py',
+        'ResumedBatches keeps the attributes of the class it subclasses: the open iterator'),
+    PrivateName(
         'mmengine.runner:LogProcessor', '_collect_scalars', 'class', 'global_loss/log_processor.py',
         'overridden by the registered subclass GlobalLossLogProcessor: the one step where the '
         'values of a log line are made, before both the text line and the visualizer\'s scalars '

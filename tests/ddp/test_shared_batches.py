@@ -1,6 +1,7 @@
 """A DataLoader worker moves its batch into shared memory itself (ddp/shared_batches.py): the
 batches a rank gets are the same, and a /dev/shm too small for them is an error in the rank
 that names it, where torch's own worker drops the batch and the rank waits forever."""
+import functools
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import textwrap
 import pytest
 import torch
 from mmengine.structures import InstanceData, PixelData
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, default_collate
 
 from mmddp_ext.ddp.shared_batches import MESSAGE, SharedBatches, share_batch, share_batches
 from mmddp_ext.diagnose.deaths import shared_memory_lines
@@ -39,26 +40,32 @@ class _Numbers(torch.utils.data.Dataset):
 
 def test_a_loader_with_workers_yields_the_same_batches():
     plain = list(DataLoader(_Numbers(), batch_size=3, num_workers=2))
-    shared_loader = share_batches(DataLoader(_Numbers(), batch_size=3, num_workers=2))
+    collate = functools.partial(default_collate)  # as MMEngine's build_dataloader makes it
+    shared_loader = share_batches(
+        DataLoader(_Numbers(), batch_size=3, num_workers=2, collate_fn=collate))
     assert isinstance(shared_loader.collate_fn, SharedBatches)
+    assert shared_loader.collate_fn.func is default_collate  # MMEngine's partial, kept
     shared = list(shared_loader)
     assert len(plain) == len(shared) == 3
     for a, b in zip(plain, shared):
         assert torch.equal(a['x'], b['x']) and torch.equal(a['i'], b['i'])
     no_workers = DataLoader(_Numbers(), batch_size=3)
     assert share_batches(no_workers).collate_fn is no_workers.collate_fn  # nothing to hand over
+    own = DataLoader(_Numbers(), batch_size=3, num_workers=2, collate_fn=default_collate)
+    assert share_batches(own).collate_fn is default_collate  # a caller's callable: that object
 
 
 # a worker's batch of 2 MiB (a list, so torch's default_collate does not put it in shared
 # memory), a 1 MiB /dev/shm; the control is torch's own path, with a 20 s loader timeout
 _PROGRAM = textwrap.dedent('''
-    import sys, torch
+    import functools, sys, torch
     from torch.utils.data import DataLoader
     from mmddp_ext.ddp.shared_batches import share_batches
     class Big(torch.utils.data.Dataset):
         def __len__(self): return 4
         def __getitem__(self, i): return torch.zeros(512 * 1024)
-    loader = DataLoader(Big(), batch_size=1, num_workers=1, collate_fn=list, timeout=20)
+    loader = DataLoader(Big(), batch_size=1, num_workers=1, collate_fn=functools.partial(list),
+                        timeout=20)
     if sys.argv[1] == 'ours':
         share_batches(loader)
     try:
