@@ -29,23 +29,22 @@ from ..ddp.process_group import ensure_process_group
 from ..ddp.shared_batches import share_batches
 from ..ddp.workers import tie_workers
 from ..ddp.wrapper import ddp_param_names, model_wrapper_for, sync_bn_for_rank, with_rank_device
+from ..errors import ScalingError
 from ..global_loss.log_processor import log_processor_cfg
 from ..gpu import gpus, rank_device
 from ..hooks.finite_checkpoint_hook import finite_checkpoint_type
 from ..launcher.layout import read_launch_env
 from ..memory.budget import apply_budget, checkpoint_writing
-from ..scaling.apply import CheckedScaling, apply_plan, plan_for_config
+from ..scaling.apply import CheckedScaling, apply_plan, check_scaling, plan_for_config
 from ..scaling.config import ScalingConfig
 from ..utils.io import move_into_place
 from ..utils.log import log_line
 from ..utils.process_state import restore, snapshot
 from ..utils.quiet import quiet_logger, quiet_warnings
-from .callers_process import PutsBackCallersProcess
 from .config_text import TextOnceConfig
 from .default_hooks import hook_type_name, our_default_hooks
 from .evaluation import RankEvaluation
 from .resumable_loop import resumable_loop_cfg
-from .training_refusal import TrainsOnlyWithAPlan, checked_or_refused
 from .work_dir_sharing import share_work_dir
 
 
@@ -115,6 +114,16 @@ def _measure(cfg: Any, checked: CheckedScaling,
     return found.max_batch, stored, baseline
 
 
+def checked_or_refused(
+        cfg: Any, world_size: int, cuda: bool,
+        distributed: bool) -> Tuple[Optional[CheckedScaling], Optional[ScalingError]]:
+    """:func:`~mmddp_ext.scaling.apply.check_scaling`, or the error it raised."""
+    try:
+        return check_scaling(cfg, world_size, cuda, distributed), None
+    except ScalingError as e:
+        return None, e
+
+
 def has_training_parts(cfg: Any) -> bool:
     """Whether ``cfg`` has the training parts (``train_dataloader``, ``train_cfg`` and
     ``optim_wrapper``). Without them, e.g. a config built only to validate or test, there is
@@ -145,7 +154,7 @@ def applies_plan(runner_type: Any) -> bool:
 
 
 @RUNNERS.register_module()
-class DDPRunner(PutsBackCallersProcess, TrainsOnlyWithAPlan, RankEvaluation, Runner):
+class DDPRunner(RankEvaluation, Runner):
     """A Runner whose batch size, accumulation, LR and schedule follow the ``scaling`` plan.
 
     Construct it with :meth:`from_cfg` (``RUNNERS.build(cfg)`` does). Attributes added to the
@@ -166,6 +175,32 @@ class DDPRunner(PutsBackCallersProcess, TrainsOnlyWithAPlan, RankEvaluation, Run
     scaling_changes: Tuple[str, ...] = ()
     batch_probe: Any = None
     trial_baseline = None
+    training_refused: Optional[ScalingError] = None  # a plan refused: train() raises it
+    process_state: Optional[dict] = None  # a guest's process as from_cfg found it
+
+    def train(self) -> Any:
+        """MMEngine's training, unless the plan was refused; then the caller's process as it
+        was (:mod:`~mmddp_ext.utils.process_state`)."""
+        try:
+            if self.training_refused is not None:
+                raise self.training_refused
+            return super().train()
+        finally:
+            restore(self.process_state)
+
+    def val(self) -> Any:
+        """MMEngine's validation; then the caller's process as it was."""
+        try:
+            return super().val()
+        finally:
+            restore(self.process_state)
+
+    def test(self) -> Any:
+        """MMEngine's test; then the caller's process as it was."""
+        try:
+            return super().test()
+        finally:
+            restore(self.process_state)
 
     @classmethod
     def from_cfg(cls, cfg: Any, checked: Optional[CheckedScaling] = None) -> 'DDPRunner':
@@ -177,7 +212,8 @@ class DDPRunner(PutsBackCallersProcess, TrainsOnlyWithAPlan, RankEvaluation, Run
         (:func:`has_training_parts`) is built unplanned, as MMEngine's Runner builds it (the
         ``scaling`` block does not apply); distributed runs still get the lean DDP wrapper and
         our hooks. So is one whose plan this world size refuses: ``train()`` raises the
-        refusal, ``val()`` and ``test()`` run (:mod:`~mmddp_ext.runner.training_refusal`).
+        refusal, ``val()`` and ``test()`` run (MMPose's and MMDetection's ``tools/test.py``
+        build the whole config's runner and only test, on however many GPUs there are).
         """
         state = snapshot()  # a guest's process as it was, when the run ends (process_state)
         try:
