@@ -45,7 +45,7 @@ from .config_text import TextOnceConfig
 from .default_hooks import hook_type_name, our_default_hooks
 from .evaluation import RankEvaluation
 from .resumable_loop import resumable_loop_cfg
-from .work_dir_sharing import share_work_dir
+from .work_dir import share_work_dir
 
 
 def _disk_usage(path: str) -> Optional[Tuple[int, int]]:
@@ -363,7 +363,7 @@ class DDPRunner(RankEvaluation, Runner):
         from scratch, instead of MMEngine's "Did not find last_checkpoint" on every rank and
         "Auto resumed from the latest checkpoint None". Before that, with several ranks: the
         work dir's check and the starting checkpoint sent where missing
-        (:func:`~mmddp_ext.runner.work_dir_sharing.share_work_dir`)."""
+        (:func:`~mmddp_ext.runner.work_dir.share_work_dir`)."""
         if not self._has_loaded and self.world_size > 1:
             share_work_dir(self)
         if (not self._has_loaded and self.cfg.get('resume') and self.cfg.get('load_from') is None

@@ -1,13 +1,13 @@
-"""shared_folder on two real gloo ranks (spawned processes). One machine's ranks share every
-folder, so "a node that does not see it" is a rank given a folder of its own; two nodes in
-mount namespaces of their own: tests/e2e/test_nothing_shared.py."""
+"""runner/work_dir.py's collectives on two real gloo ranks (spawned processes). One machine's
+ranks share every folder, so "a node that does not see it" is a rank given a folder of its own;
+two nodes in mount namespaces of their own: tests/e2e/test_nothing_shared.py."""
 import os
 import os.path as osp
 import socket
 
 import pytest
 
-from mmddp_ext.ddp.shared_folder import send_missing_file, unseen_by
+from mmddp_ext.runner.work_dir import send_missing_file, unseen_by
 
 from tests.helpers.two_ranks import two_ranks
 

@@ -1,9 +1,9 @@
-"""work_dir_sharing: the line for a work dir that some ranks do not see. The check itself and the
-checkpoint sent to a node without it run on two nodes in mount namespaces of their own:
+"""runner/work_dir.py: the line for a work dir that some ranks do not see. The check itself and
+the checkpoint sent to a node without it run on two nodes in mount namespaces of their own:
 tests/e2e/test_nothing_shared.py (one machine's ranks see every folder)."""
 import pytest
 
-from mmddp_ext.runner.work_dir_sharing import not_shared_line
+from mmddp_ext.runner.work_dir import not_shared_line
 
 
 @pytest.mark.parametrize('unseen,where', [
