@@ -166,8 +166,8 @@ _WORKER_OTHER = ('a crash in the worker (the dataset, its transforms or a librar
 def worker_death_lines(message: str) -> List[str]:
     """The cause and the fix where a rank raised because one of its DataLoader workers died by
     itself (torch's message), [] for any other message. A worker that the job's own stop ends
-    is never this: our workers leave a stop signal to their rank (:mod:`mmddp_ext.ddp.workers`)
-    and die with it (``PR_SET_PDEATHSIG``)."""
+    is never this: our workers leave a stop signal to their rank
+    (:mod:`mmddp_ext.dataloader.workers`) and die with it (``PR_SET_PDEATHSIG``)."""
     found = _WORKER_DEATH.search(message)
     if not found:
         return []
@@ -178,7 +178,7 @@ def worker_death_lines(message: str) -> List[str]:
     ]
 
 
-# a worker that could not hand its batch over (mmddp_ext.ddp.shared_batches), or torch's own
+# a worker that could not hand its batch over (mmddp_ext.dataloader.shared_batches), or torch's own
 # words where a tensor could not be put into shared memory
 _SHM_FULL = re.compile(r'could not hand its batch to its rank through shared memory|unable to '
                        r'allocate shared memory|unable to write to file </torch_')

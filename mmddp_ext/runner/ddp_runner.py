@@ -25,9 +25,9 @@ from ..agreement.collective import agree_or_stop, view_of
 from ..batch_finder.finder import find_max_batch
 from ..checkpoint import (DISK_FULL, disk_full_error, from_plain, previous_checkpoint,
                           refuse_nonfinite, to_plain)
+from ..dataloader.shared_batches import share_batches
+from ..dataloader.workers import tie_workers
 from ..ddp.process_group import ensure_process_group
-from ..ddp.shared_batches import share_batches
-from ..ddp.workers import tie_workers
 from ..ddp.wrapper import ddp_param_names, model_wrapper_for, sync_bn_for_rank, with_rank_device
 from ..errors import ScalingError
 from ..global_loss.log_processor import log_processor_cfg
@@ -387,7 +387,8 @@ class DDPRunner(RankEvaluation, Runner):
     def build_dataloader(dataloader: Any, seed: Optional[int] = None,
                          diff_rank_seed: bool = False) -> Any:
         """MMEngine's dataloader, its worker processes tied to this rank's life, handing their
-        batches over through shared memory themselves (:mod:`~mmddp_ext.ddp.shared_batches`)."""
+        batches over through shared memory themselves
+        (:mod:`~mmddp_ext.dataloader.shared_batches`)."""
         return share_batches(tie_workers(Runner.build_dataloader(dataloader, seed, diff_rank_seed)))
 
     def resume(self, filename: str, resume_optimizer: bool = True,

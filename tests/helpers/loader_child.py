@@ -1,5 +1,5 @@
 """A test-only script: a process with a DataLoader of 2 worker processes, optionally tied to it
-(:func:`mmddp_ext.ddp.workers.tie_workers`); prints the worker pids, then waits to be killed,
+(:func:`mmddp_ext.dataloader.workers.tie_workers`); prints the worker pids, then waits to be killed,
 or (``exit-tie``) exits with code 3 while its loader's iterator is alive, as a rank whose
 loader raised does. ``term-tie`` and ``exit-tie`` hold SIGTERM as a training rank does: a
 handler that only reports (as ``PreemptionHook``'s only records) and a faulthandler stack dump
@@ -19,7 +19,7 @@ import time
 import psutil
 from torch.utils.data import DataLoader
 
-from mmddp_ext.ddp.workers import tie_workers
+from mmddp_ext.dataloader.workers import tie_workers
 
 
 def seed_worker(worker_id: int) -> None:

@@ -1,4 +1,4 @@
-"""A DataLoader worker moves its batch into shared memory itself (ddp/shared_batches.py): the
+"""A DataLoader worker moves its batch into shared memory itself (dataloader/shared_batches.py): the
 batches a rank gets are the same, and a /dev/shm too small for them is an error in the rank
 that names it, where torch's own worker drops the batch and the rank waits forever."""
 import functools
@@ -12,7 +12,7 @@ import torch
 from mmengine.structures import InstanceData, PixelData
 from torch.utils.data import DataLoader, default_collate
 
-from mmddp_ext.ddp.shared_batches import MESSAGE, SharedBatches, share_batch, share_batches
+from mmddp_ext.dataloader.shared_batches import MESSAGE, SharedBatches, share_batch, share_batches
 from mmddp_ext.diagnose.deaths import shared_memory_lines
 
 from conftest import ROOT
@@ -60,7 +60,7 @@ def test_a_loader_with_workers_yields_the_same_batches():
 _PROGRAM = textwrap.dedent('''
     import functools, sys, torch
     from torch.utils.data import DataLoader
-    from mmddp_ext.ddp.shared_batches import share_batches
+    from mmddp_ext.dataloader.shared_batches import share_batches
     class Big(torch.utils.data.Dataset):
         def __len__(self): return 4
         def __getitem__(self, i): return torch.zeros(512 * 1024)

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from mmddp_ext.ddp.workers import WorkerInit, tie_workers
+from mmddp_ext.dataloader.workers import WorkerInit, tie_workers
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
