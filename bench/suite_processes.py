@@ -20,7 +20,7 @@ import time
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DEFAULT = ['tests', '-n', '2', '--dist', 'load', '--maxschedchunk', '1']
-KINDS = ('dist_train.py', 'run_front.py', 'diagnose.py', 'torch.distributed.run', 'srun',
+KINDS = ('dist_train.py', 'torchrun_front.py', 'diagnose.py', 'torch.distributed.run', 'srun',
          'slurmstepd', 'mpirun', 'orted', 'execnet', 'forkserver', 'multiprocessing')
 HZ = os.sysconf('SC_CLK_TCK')
 

@@ -40,8 +40,8 @@ def _pin_device_early() -> None:
 
 def _stopped_before_this_restart() -> bool:
     """torchrun restarted this worker (MAX_RESTARTS) after dist_train.sh's front sent the job a
-    stop signal (``MMDDP_STOP_REQUESTED``, mmddp_ext/launcher/run_front.py): the job was asked to
-    stop and its checkpoint is saved, so this worker does not train again."""
+    stop signal (``MMDDP_STOP_REQUESTED``, mmddp_ext/launcher/torchrun_front.py): the job was
+    asked to stop and its checkpoint is saved, so this worker does not train again."""
     name = os.environ.get('MMDDP_STOP_REQUESTED')
     if not name or os.environ.get('TORCHELASTIC_RESTART_COUNT', '0') == '0':
         return False
@@ -55,7 +55,8 @@ if __name__ == '__main__':
     if _stopped_before_this_restart():
         sys.exit(75)
     # no garbage collection while start-up imports half a million long-lived objects: the
-    # entry collects once and turns it on when the runner is built (mmddp_ext.utils.start_up)
+    # entry collects once and turns it on when the runner is built
+    # (mmddp_ext.utils.garbage_collector)
     gc.disable()
     _pin_device_early()
     from mmddp_ext.entry.train import main

@@ -21,8 +21,8 @@
 #   PYTHON       interpreter (default: the one tools/py picks)
 # GPUS is processes per node: one per GPU; on a CPU-only host any number (gloo backend).
 #
-# torchrun runs inside mmddp_ext/launcher/run_front.py, which checks before it starts (a port in
-# use is named with the process holding it; an unreachable node 0 is named after the bound)
+# torchrun runs inside mmddp_ext/launcher/torchrun_front.py, which checks before it starts (a
+# port in use is named with the process holding it; an unreachable node 0 is named after the bound)
 # and replaces torchrun's dump of a failed worker by one line plus the diagnosis.
 # Exit codes: 0 done; 1 a worker failed (diagnosis printed); 2 nothing started (one line says
 # why: bad arguments, port in use, node 0 unreachable, the other nodes did not join); 75 stopped
@@ -70,7 +70,8 @@ if [[ "$CONFIG" != *::* ]] && [ ! -f "$CONFIG" ]; then
   exit 2
 fi
 
-# The front (mmddp_ext/launcher/run_front.py) checks the rendezvous, then runs torchrun in-process.
+# The front (mmddp_ext/launcher/torchrun_front.py) checks the rendezvous, then runs torchrun
+# in-process.
 # It writes the failed workers as JSON to MMDDP_LAUNCH_REPORT, which the diagnosis reads.
 REPORT_DIR=$(mktemp -d "${TMPDIR:-/tmp}/mmddp_launch.XXXXXX") || exit 1
 trap 'rm -rf "$REPORT_DIR"' EXIT
@@ -83,7 +84,7 @@ rm -f "$MMDDP_LAUNCH_REPORT"  # a report left from an earlier run says nothing a
 . "$HERE/lib/forward_signals.sh"
 PYTHONPATH="$HERE/..${PYTHONPATH:+:$PYTHONPATH}" \
 run_forwarding_stop_signals TERM \
-"$PYTHON" "$HERE/../mmddp_ext/launcher/run_front.py" --nnodes="$NNODES" --node-rank="$NODE_RANK" \
+"$PYTHON" "$HERE/../mmddp_ext/launcher/torchrun_front.py" --nnodes="$NNODES" --node-rank="$NODE_RANK" \
   --master-addr="$MASTER_ADDR" ${PORT:+--master-port="$PORT"} --nproc_per_node="$GPUS" \
   --max-restarts="$MAX_RESTARTS" "$HERE/dist_train.py" "$CONFIG" "$@"
 rc=$?

@@ -27,10 +27,10 @@ from ..memory.budget import MARGIN, Budget
 from ..memory.peak import read_peak, reset_peak
 from ..oom.classify import is_oom_error
 from ..oom.onednn import turn_off_onednn_after
+from ..oom.ranks_out_of_memory import ranks_out_of_memory
 from ..oom.release import release_memory
-from ..oom.vote import ranks_out_of_memory
 from ..utils.batch import forward_loss
-from ..utils.process import rss_bytes
+from ..utils.memory_reads import rss_bytes
 
 # On a CPU the budget also holds what the Runner builds beside the model (dataloader and its
 # worker queues' threads, datasets, evaluator, hooks, logger, visualizer): measured 145 MiB

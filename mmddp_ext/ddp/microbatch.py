@@ -17,8 +17,8 @@ from mmengine.registry import MODEL_WRAPPERS
 
 from ..oom.classify import is_oom_error
 from ..oom.onednn import turn_off_onednn_after
+from ..oom.ranks_out_of_memory import RanksOutOfMemoryError, ranks_out_of_memory
 from ..oom.release import memory_reading, release_memory
-from ..oom.vote import RanksOutOfMemoryError, ranks_out_of_memory
 from ..utils.batch import batch_length, forward_loss, split_batch
 from ..utils.log import log_line
 

@@ -13,7 +13,7 @@ from typing import Callable, Dict, List, Optional
 
 from ..node.facts import memory_limit, oom_kills
 from ..node.limits import SHM_FIX
-from ..utils.process import host_memory_bytes
+from ..utils.memory_reads import host_memory_bytes
 from ..utils.units import format_mib
 
 LAUNCHER_STOP = ('SIGTERM', 'SIGINT', 'SIGHUP')  # how a launcher or a person stops a job

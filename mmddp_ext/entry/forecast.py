@@ -14,7 +14,7 @@ from ..memory.forecast import (Cause, Forecast, ForecastError, build_forecast, f
 from ..memory.nvml import NvmlProcessTableReader
 from ..scaling.apply import CheckedScaling, scaling_of
 from ..scaling.config import ScalingConfig
-from ..utils.process import host_memory_bytes
+from ..utils.memory_reads import host_memory_bytes
 from ..utils.units import MIB
 
 

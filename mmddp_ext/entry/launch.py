@@ -10,7 +10,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from ..diagnose.records import WORK_DIR_NOTE_ENV, noted_work_dir, read_failures
 from ..diagnose.summary import rank_at_fault, summarize
 from ..launcher.elastic import launch_workers
-from ..launcher.run_front import failure_records
+from ..launcher.torchrun_front import failure_records
 from ..utils.process_state import own_process, restore, snapshot
 from .train import main
 

@@ -40,9 +40,9 @@ from ..runner.teardown import let_go_of_loaders
 from ..scaling.apply import CheckedScaling, check_scaling
 from ..utils.checks import did_you_mean
 from ..utils.config import default_work_dir, load_config
+from ..utils.garbage_collector import release_run, settle_start_up
 from ..utils.mmcv_ops import missing_gpu_ops
 from ..utils.process_state import owns_process, restore, snapshot
-from ..utils.start_up import release_run, settle_start_up
 from .cli import build_parser, parse_args  # noqa: F401  (the entry's API)
 from .explain import explain, render
 from .forecast import forecast_memory

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import psutil
 import torch
 
-from ..utils.process import rss_bytes
+from ..utils.memory_reads import rss_bytes
 from . import FAKE_ENV, ProcessRow, physical
 
 GIB, MIB = 2**30, 2**20

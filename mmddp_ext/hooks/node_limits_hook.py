@@ -21,7 +21,7 @@ from ..node.limits import NodeFacts, NodeLoad, node_figures
 from ..node.measure import runner_batchnorm_warning, tensor_bytes
 from ..utils.checks import true_or_false
 from ..utils.log import log_line
-from ..utils.process import rss_bytes
+from ..utils.memory_reads import rss_bytes
 from ..utils.units import format_bytes
 
 CHECKED = ('shared memory', 'host memory')

@@ -23,7 +23,7 @@ def launch_workers(main_func: Callable[..., Any], argv: Sequence[str] = (), npro
     would: the launcher is handed the function to run; it never imports the training entry.
 
     A single node on a loopback ``master_addr`` gets its store on that address only and
-    gloo/NCCL pinned to the loopback interface (see :mod:`mmddp_ext.launcher.run_front`).
+    gloo/NCCL pinned to the loopback interface (see :mod:`mmddp_ext.launcher.torchrun_front`).
 
     Args:
         main_func: a picklable function of the worker's argument list.
@@ -47,7 +47,7 @@ def launch_workers(main_func: Callable[..., Any], argv: Sequence[str] = (), npro
         raise ValueError(f'nnodes={nnodes} needs an explicit master_port shared by all nodes')
     store, state = None, snapshot()  # the caller's process as it was, after (the interfaces
     # pinned below, the variables torch's launcher sets)
-    if nnodes == 1 and is_loopback(master_addr):  # listen on loopback only (see run_front)
+    if nnodes == 1 and is_loopback(master_addr):  # listen on loopback only (see torchrun_front)
         master_addr = '127.0.0.1' if master_addr == 'localhost' else master_addr
         try:
             store, master_port = loopback_store(master_addr, master_port or 0, rendezvous_timeout())

@@ -1,4 +1,4 @@
-"""The rendezvous checks shared by the torchrun front (:mod:`.run_front`) and by ranks started
+"""The rendezvous checks shared by the torchrun front (:mod:`.torchrun_front`) and by ranks started
 by hand or by Slurm (:mod:`.store`): ports (free, held by whom, bound once), the loopback
 store and interfaces of a one-host job, the wait for a master with progress lines, and the
 timeouts read from the environment. Standard library and psutil only (torch imported where a

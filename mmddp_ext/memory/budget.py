@@ -2,7 +2,7 @@
 real and repeatable: an address-space limit on a CPU, a cap on this process's share of the
 device on a GPU (:func:`apply_budget`); :func:`held_bytes` reads what it counts. Which errors
 are out-of-memory errors: :mod:`mmddp_ext.oom.classify`; the ranks agree on a failure with
-:func:`mmddp_ext.oom.vote.ranks_out_of_memory`. How the budget is enforced:
+:func:`mmddp_ext.oom.ranks_out_of_memory.ranks_out_of_memory`. How the budget is enforced:
 docs/scaling.md, 'Finding the per-device batch that fits', 'What is measured'.
 """
 import contextlib
@@ -16,7 +16,7 @@ from typing import Iterator, List, Optional
 import torch
 
 from ..gpu import gpus
-from ..utils.process import address_space_bytes
+from ..utils.memory_reads import address_space_bytes
 from ..utils.units import MIB
 
 

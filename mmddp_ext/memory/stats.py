@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, Optional
 
 from ..gpu import gpus
-from ..utils.process import rss_bytes
+from ..utils.memory_reads import rss_bytes
 from ..utils.units import MIB
 
 

@@ -7,7 +7,7 @@ import os
 import os.path as osp
 from typing import Optional
 
-from ..utils.process import host_memory_bytes
+from ..utils.memory_reads import host_memory_bytes
 from .limits import NodeFacts
 
 CGROUP = '/sys/fs/cgroup'

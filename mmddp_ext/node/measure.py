@@ -12,7 +12,7 @@ import torch
 from mmengine.registry import MODELS, init_default_scope
 from mmengine.runner import Runner
 
-from ..utils.process import rss_bytes
+from ..utils.memory_reads import rss_bytes
 from .limits import batchnorm_warning
 
 BATCHNORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)

@@ -6,7 +6,7 @@ from typing import Any
 import torch
 
 from ..gpu import gpus
-from ..utils.process import address_space_bytes, rss_bytes
+from ..utils.memory_reads import address_space_bytes, rss_bytes
 from ..utils.units import format_mib
 
 

@@ -141,7 +141,7 @@ def test_the_waiting_rank_that_raised_when_its_peer_left_is_not_named():
 
 def _agreed_errors():
     from mmddp_ext.errors import NothingFitsError
-    from mmddp_ext.oom.vote import RanksOutOfMemoryError
+    from mmddp_ext.oom.ranks_out_of_memory import RanksOutOfMemoryError
     return [
         RanksOutOfMemoryError('out of memory on rank(s) [1] even with micro-batches', [1]),
         # the finder's warm-up ran out of memory on rank 1 only
@@ -183,7 +183,7 @@ def test_ranks_out_of_memory_error_survives_pickling():
     import pickle
 
     from mmddp_ext.oom.classify import is_oom_error
-    from mmddp_ext.oom.vote import RanksOutOfMemoryError
+    from mmddp_ext.oom.ranks_out_of_memory import RanksOutOfMemoryError
     back = pickle.loads(
         pickle.dumps(RanksOutOfMemoryError('out of memory on rank(s) [2, 0]', [2, 0])))
     assert back.oom_ranks == [0, 2] and str(back) == 'out of memory on rank(s) [2, 0]'

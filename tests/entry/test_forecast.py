@@ -6,7 +6,7 @@ import torch
 
 from mmddp_ext.entry import forecast
 from mmddp_ext.memory.forecast import ForecastError
-from mmddp_ext.utils.process import host_memory_bytes
+from mmddp_ext.utils.memory_reads import host_memory_bytes
 
 CPU = torch.device('cpu')
 

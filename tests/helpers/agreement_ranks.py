@@ -13,7 +13,7 @@ import sys
 import torch.distributed as dist
 
 from mmddp_ext.batch_finder.search import search_max_batch
-from mmddp_ext.oom.vote import ranks_out_of_memory
+from mmddp_ext.oom.ranks_out_of_memory import ranks_out_of_memory
 
 
 def _search(upper, limit):

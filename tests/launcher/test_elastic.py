@@ -66,7 +66,7 @@ def test_dist_train_sh_two_processes(healthy_run, demo_data):
     for rank, r in records.items():
         assert r['dist_world'] == 2
         assert r['env']['RANK'] == r['env']['LOCAL_RANK'] == str(rank)
-        # the entry's start-up (mmddp_ext.utils.start_up): collector on, the runner frozen
+        # the entry's start-up (mmddp_ext.utils.garbage_collector): collector on, the runner frozen
         assert r['gc'] == dict(enabled=True, runner_frozen=True)
     _assert_disjoint_and_complete(records, 2, demo_data)
     assert 'process group: gloo' in healthy_run.out and 'RANK 0 of WORLD_SIZE 2' in healthy_run.out

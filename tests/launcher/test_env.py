@@ -211,8 +211,8 @@ def test_a_slurm_task_has_its_own_cpus(launcher, per_task, cores, workers, expec
 
 
 def test_the_fronts_marker_is_the_one_the_ranks_read():
-    from mmddp_ext.launcher import run_front
-    assert run_front.OMP_UNSET_ENV == OMP_UNSET_ENV
+    from mmddp_ext.launcher import torchrun_front
+    assert torchrun_front.OMP_UNSET_ENV == OMP_UNSET_ENV
 
 
 # OpenMPI's variables, as `mpirun -np 4` on 2 hosts sets them for the second process of host 1

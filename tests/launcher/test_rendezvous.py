@@ -1,6 +1,6 @@
 """Rendezvous failures say what is wrong, in bounded time; single-host jobs listen on loopback;
 a failed worker ends with one line and a JSON launcher report. Real processes on CPU (gloo); the
-front's and the rendezvous helpers in-process are in ``test_run_front.py``.
+front's and the rendezvous helpers in-process are in ``test_torchrun_front.py``.
 
 Waits are set short through MMDDP_RENDEZVOUS_TIMEOUT / MMDDP_RENDEZVOUS_LOG_EVERY; the
 ``timeout`` of each command only stops a test that would otherwise hang."""
@@ -231,7 +231,7 @@ def test_front_does_not_import_the_package(tmp_path):
                       'os.environ["MASTER_PORT"], os.environ["GLOO_SOCKET_IFNAME"])\n')
     port = find_free_port()
     proc = run([
-        PYTHON, '-X', 'importtime', 'mmddp_ext/launcher/run_front.py', f'--master-port={port}',
+        PYTHON, '-X', 'importtime', 'mmddp_ext/launcher/torchrun_front.py', f'--master-port={port}',
         '--nproc_per_node=1',
         str(script)
     ], timeout=HANG_GUARD)

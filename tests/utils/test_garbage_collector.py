@@ -1,5 +1,5 @@
-"""The collector around start-up (:mod:`mmddp_ext.utils.start_up`), in a fresh interpreter
-(``gc.freeze`` is for the whole process: not in pytest's). The entry's own use of it is
+"""The collector around start-up (:mod:`mmddp_ext.utils.garbage_collector`), in a fresh
+interpreter (``gc.freeze`` is for the whole process: not in pytest's). The entry's own use of it is
 asserted on the shared 2-process run (``tests/launcher/test_elastic.py``, the ranks' ``gc``)."""
 import subprocess
 
@@ -38,7 +38,7 @@ print('ok', frozen)
 
 
 def test_start_up_garbage_is_freed_the_rest_frozen_until_collect_all():
-    path = f'{ROOT}/mmddp_ext/utils/start_up.py'  # stdlib only: no package import needed
+    path = f'{ROOT}/mmddp_ext/utils/garbage_collector.py'  # stdlib only: no package import needed
     proc = subprocess.run([PYTHON, '-c', SCRIPT, path], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith('ok ') and int(proc.stdout.split()[1]) > 0

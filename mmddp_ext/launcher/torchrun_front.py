@@ -3,9 +3,10 @@ torchrun in this process; a failed worker ends with one line and a JSON report
 (``$MMDDP_LAUNCH_REPORT``) instead of torchrun's dump. Its checks and exit codes:
 docs/launching.md, "The six ways", and docs/reliability.md.
 
-Run as a script (``python mmddp_ext/launcher/run_front.py --nnodes=N ... [torchrun args]``) so that
-the agent does not import the package (and with it MMEngine): its two sibling modules are then
-loaded from their files; imported as ``mmddp_ext.launcher.run_front`` (tests), normally.
+Run as a script (``python mmddp_ext/launcher/torchrun_front.py --nnodes=N ... [torchrun
+args]``) so that the agent does not import the package (and with it MMEngine): its two
+sibling modules are then loaded from their files; imported as
+``mmddp_ext.launcher.torchrun_front`` (tests), normally.
 """
 import errno
 import gc
@@ -32,14 +33,14 @@ def _sibling(name: str, relative: str):
 
 
 if __package__:
+    from ..utils.garbage_collector import settle_start_up
     from ..utils.io import atomic_write_text
-    from ..utils.start_up import settle_start_up
     from . import rendezvous
 else:  # a script: dist_train.sh
     atomic_write_text = _sibling('_mmddp_ext_io', os.path.join('..', 'utils',
                                                                'io.py')).atomic_write_text
-    settle_start_up = _sibling('_mmddp_ext_start_up', os.path.join('..', 'utils',
-                                                                   'start_up.py')).settle_start_up
+    settle_start_up = _sibling('_mmddp_ext_garbage_collector',
+                               os.path.join('..', 'utils', 'garbage_collector.py')).settle_start_up
     rendezvous = _sibling('_mmddp_ext_rendezvous', 'rendezvous.py')
 
 log = rendezvous.log
@@ -241,7 +242,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as e:
         log(f'error: {e}')
         return NOTHING_STARTED
-    gc.disable()  # while torch is imported, as in tools/dist_train.py (utils/start_up.py)
+    gc.disable()  # while torch is imported, as in tools/dist_train.py (utils/garbage_collector.py)
     # torch here, after the checks: a wrong port or address is reported before it loads
     import torch.distributed as dist
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError

@@ -1,14 +1,14 @@
 """The rendezvous helpers (:mod:`mmddp_ext.launcher.rendezvous`) and the torchrun front's failure
-records (:mod:`mmddp_ext.launcher.run_front`), in-process: who holds a port, pinning gloo/NCCL to
-the loopback interface, waiting with progress lines, torchrun's failures as records and one line.
-The front run for real is in ``test_rendezvous.py``."""
+records (:mod:`mmddp_ext.launcher.torchrun_front`), in-process: who holds a port, pinning
+gloo/NCCL to the loopback interface, waiting with progress lines, torchrun's failures as
+records and one line. The front run for real is in ``test_rendezvous.py``."""
 import os
 import socket
 
 import psutil
 import pytest
 
-from mmddp_ext.launcher import rendezvous, run_front
+from mmddp_ext.launcher import rendezvous, torchrun_front
 
 
 def test_port_holder_names_the_listening_process():
@@ -49,17 +49,17 @@ def test_failure_records_first_seen_first():
         0: ProcessFailure(0, 4000, -15, '/nonexistent/error.json')
     }
     failures[0].timestamp = failures[1].timestamp
-    records = run_front.failure_records(failures)
+    records = torchrun_front.failure_records(failures)
     assert [r['rank'] for r in records] == [1, 0]
     assert records[0] == dict(rank=1, local_rank=1, pid=4001, exitcode=-9, signal='SIGKILL',
                               host=socket.gethostname(), time=failures[1].timestamp,
                               error_file=None)
-    assert run_front.failure_line(records, 'diagnosis below') == (
+    assert torchrun_front.failure_line(records, 'diagnosis below') == (
         'torchrun: rank 1 (pid 4001) exited with signal SIGKILL (first of 2 failed ranks); '
         'diagnosis below')
-    exited = run_front.failure_records({3: ProcessFailure(1, 7, 1, '/nonexistent')})
+    exited = torchrun_front.failure_records({3: ProcessFailure(1, 7, 1, '/nonexistent')})
     assert exited[0]['signal'] is None
-    assert 'exited with exit code 1;' in run_front.failure_line(exited, 'x')
+    assert 'exited with exit code 1;' in torchrun_front.failure_line(exited, 'x')
 
 
 def test_wait_until_returns_the_first_answer_and_logs_while_it_waits(capsys):
@@ -99,7 +99,7 @@ def test_wait_for_listener_names_why_nothing_answered():
         (dict(WORLD_SIZE='2', RANK='1'), 2, 0, 1, 'RANK=1 is set in this environment'),
     ])
 def test_operator_layout_error(environ, nnodes, node_rank, nproc, wrong):
-    from mmddp_ext.launcher.run_front import operator_layout_error
+    from mmddp_ext.launcher.torchrun_front import operator_layout_error
     line = operator_layout_error(environ, nnodes, node_rank, nproc)
     if wrong is None:
         assert line is None
@@ -108,6 +108,6 @@ def test_operator_layout_error(environ, nnodes, node_rank, nproc, wrong):
 
 
 def test_nproc_among_torchruns_arguments():
-    from mmddp_ext.launcher.run_front import _nproc
+    from mmddp_ext.launcher.torchrun_front import _nproc
     assert _nproc(['--nproc_per_node=4', '--max-restarts=0', 'x.py']) == 4
     assert _nproc(['--nproc-per-node=2']) == 2 and _nproc(['x.py']) == 1
