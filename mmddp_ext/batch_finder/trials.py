@@ -33,10 +33,8 @@ from ..utils.batch import forward_loss
 from ..utils.memory_reads import rss_bytes
 
 # On a CPU the budget also holds what the Runner builds beside the model (dataloader and its
-# worker queues' threads, datasets, evaluator, hooks, logger, visualizer): measured 145 MiB
-# more than the trials after their warm-up, for the 128x128 demo with its 2 workers, at
-# per-device batch 8 and 32 alike (docs/scaling.md), so the reserve held free during a trial
-# is at least this much there.
+# worker queues' threads, datasets, evaluator, hooks, logger, visualizer): the reserve held
+# free during a trial covers that for the demo (docs/scaling.md, docs/benchmarks.md).
 CPU_RESERVE_MIB = 160
 
 

@@ -1,14 +1,10 @@
 """A DataLoader worker that cannot hand its batch over through shared memory raises, in its rank.
 
-A worker hands each batch to its rank through shared memory (/dev/shm): the queue's feeder
-thread moves the batch's tensors there while it pickles them. When /dev/shm is full (Docker's
-default is 64 MB) that thread prints torch's "unable to allocate shared memory" and drops the
-batch; the rank waits for it forever (measured: the demo with its 2 workers and a 1 MiB
-/dev/shm made no iteration in 600 s, torch's message eight times in its log). Here the worker
-moves the batch's tensors into shared memory itself, right after collating it, as PyTorch's
-``default_collate`` does in a worker: the feeder then finds them there and allocates nothing,
-and a failure is the worker's own error, which torch raises again in the rank, whose
-diagnosis names /dev/shm, its size and the fixes.
+Where /dev/shm is full, torch's queue feeder thread prints "unable to allocate shared memory",
+drops the batch, and the rank waits for it forever. Here the worker moves the collated batch's
+tensors into shared memory itself, as PyTorch's ``default_collate`` does in a worker: the
+feeder then allocates nothing, and a failure is the worker's own error, raised again in the
+rank, whose diagnosis names /dev/shm, its size and the fixes.
 """
 import functools
 import os

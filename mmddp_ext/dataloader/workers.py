@@ -1,18 +1,14 @@
 """DataLoader workers that die with their rank, and leave a stop signal to it.
 
-torchrun stops a job by signalling each live rank's process group, but a rank that is already
-dead (SIGKILL from the host's OOM killer, a segfault) is skipped, and its DataLoader workers
-live on as orphans: measured 29 minutes and more at about 560 MiB each, until killed by hand,
-and one more set per elastic restart. Each worker here asks the kernel to SIGKILL it when its
-parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``), then runs the loader's own ``worker_init_fn``.
+torchrun signals the process group of each live rank only: the workers of a rank killed by
+the host's OOM killer or a segfault live on as orphans, holding their memory. Each worker here
+asks the kernel to SIGKILL it when its parent dies (``prctl(PR_SET_PDEATHSIG)``), then runs the
+loader's own ``worker_init_fn``.
 
-A stop signal sent to every process of the job (Slurm's preemption and ``scancel --signal``
-signal every process of the step; torchrun signals each worker's process group) reaches the
-workers too. torch's worker set-up makes SIGTERM end a worker, and SIGUSR1 ends any process by
-default; the rank then dies in its next batch with "DataLoader worker (pid …) is killed by
-signal: Terminated", before it could save. Each worker here ignores the stop signals
-(:data:`STOP_SIGNALS`): its rank decides, stops after the iteration the ranks agree on, saves,
-and its workers end with it (the loader's shutdown, or the kernel's SIGKILL above).
+A stop signal sent to every process of the job (Slurm's preemption, ``scancel --signal``,
+torchrun) would end the workers and then their rank before it saved. Each worker ignores the
+stop signals (:data:`STOP_SIGNALS`): its rank decides, stops after the iteration the ranks agree
+on, saves, and the workers end with it.
 """
 import ctypes
 import functools

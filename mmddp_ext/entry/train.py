@@ -215,7 +215,7 @@ def _train(args: argparse.Namespace, env: DistEnv) -> int:
     code = STOPPED_EXIT_CODE if stopped(runner) else 0
     # Ordered teardown (runner/teardown.py): the data loaders' workers end, the runner (loops,
     # hooks, DDP model) is freed while the process group is alive, then barrier -> destroy the
-    # group; nothing of the run is left for the interpreter's exit, where gloo used to abort
+    # group; nothing of the run is left for the interpreter's exit, where gloo can abort
     # ("terminate called without an active exception")
     let_go_of_loaders(runner)
     runner = None

@@ -358,11 +358,10 @@ def threads_per_process(environ: Mapping[str, str], local_world_size: int, cpu_c
     cores and ``workers`` busy DataLoader workers per process, or None when the user chose
     (``OMP_NUM_THREADS`` set and not empty, and not torchrun's default: :data:`OMP_UNSET_ENV`).
 
-    Processes started by hand or by :func:`mmddp_ext.launch` would otherwise each start one
-    thread per core and oversubscribe the cores (measured on 2 cores: 2.1 s per iteration
-    instead of 0.59 s); torchrun sets ``OMP_NUM_THREADS=1`` for several processes per node,
-    which leaves cores idle on a larger node. The cores are shared, and each worker takes one:
-    ``cpu_count // local_world_size - workers``, at least 1. A rank that srun started as a task
+    Processes started by hand or by :func:`mmddp_ext.launch` would otherwise each start one thread
+    per core and oversubscribe the cores; torchrun sets ``OMP_NUM_THREADS=1`` for several processes
+    per node, which leaves cores idle on a larger node. The cores are shared, and each worker takes
+    one: ``cpu_count // local_world_size - workers``, at least 1. A rank that srun started as a task
     of its own (``launcher='slurm'``) has its task's CPUs instead, where Slurm says how many
     (``SLURM_CPUS_PER_TASK``, ``--cpus-per-task``; tools/slurm_train.sh asks 5):
     ``min(cpu_count, SLURM_CPUS_PER_TASK) - workers``.

@@ -1,16 +1,12 @@
-"""What only Slurm itself knows, asked through its own tools (``scontrol``): the address of the
-node of rank 0, whether a job may be requeued, and the requeue itself.
+"""What only Slurm knows, asked through its own tools (``scontrol``): the address of rank 0's
+node, whether a job may be requeued, and the requeue itself.
 
-Node names (``n1``, ``gpu-node07``) need not resolve through DNS on a Slurm cluster: Slurm reaches
-its nodes by the ``NodeAddr`` of ``slurm.conf``. So ``MASTER_ADDR`` under ``--launcher slurm`` is
-the ``NodeAddr`` of the first node of the step (``scontrol show hostnames`` expands the node list,
-``scontrol show node -o NAME`` gives the address); :func:`mmddp_ext.launcher.env.slurm_to_torch`
-receives it as an argument and stays a pure mapping. Where ``scontrol`` is missing or says
-nothing, the node's name is used, as before.
-
-The requeue (``scontrol requeue $SLURM_JOB_ID``) is for a job stopped by a signal
-(:class:`~mmddp_ext.hooks.PreemptionHook`): a batch job submitted with ``--requeue`` is put back in
-the queue and, started again, resumes from the checkpoint it saved. See docs/launching.md.
+Node names need not resolve through DNS on a Slurm cluster (Slurm reaches its nodes by the
+``NodeAddr`` of ``slurm.conf``), so ``MASTER_ADDR`` under ``--launcher slurm`` is the first
+node's ``NodeAddr`` (``scontrol show hostnames``, then ``scontrol show node -o NAME``), or its
+name where ``scontrol`` says nothing. :func:`mmddp_ext.launcher.env.slurm_to_torch` receives it
+as an argument and stays pure. The requeue (``scontrol requeue $SLURM_JOB_ID``) is for a job
+stopped by a signal (:class:`~mmddp_ext.hooks.PreemptionHook`); see docs/launching.md.
 """
 import os
 import subprocess

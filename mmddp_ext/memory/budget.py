@@ -59,8 +59,8 @@ def _limit_address_space(nbytes: int) -> int:
     """Set ``RLIMIT_AS`` to the current virtual size + ``nbytes`` (never looser than now);
     return the room left under the limit."""
     _map_large_blocks()
-    # oneDNN keeps kernels and buffers for every input shape it has seen (measured: 36 MiB
-    # more address space per batch size tried); without its cache every trial and step
+    # oneDNN keeps kernels and buffers for every input shape it has seen (more address
+    # space per batch size tried); without its cache every trial and step
     # starts from the same memory. Read by oneDNN when it first runs; a user's value wins.
     os.environ.setdefault('ONEDNN_PRIMITIVE_CACHE_CAPACITY', '0')
     # oneDNN does not survive a failed allocation: its convolution kernels crashed (a

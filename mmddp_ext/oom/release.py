@@ -14,14 +14,13 @@ def drop_stale_backward_work(device: Any = None) -> None:
     """Let autograd drop what a failed backward left queued, on this thread and on the
     device's autograd thread.
 
-    When a backward raises (an out-of-memory error in a kernel) while another node of the same
-    graph is ready (a residual block's shortcut beside its main branch), the engine leaves that
-    node's task in the thread's ready queue: its incoming gradient and, through the node, the
-    rest of the graph with its saved activations (measured on the demo model: 87 MiB of a
-    146 MiB step, docs/memory.md). ``gc.collect()`` cannot reach it; the engine drops such
-    tasks, their graph being gone, when the queue is next used. A one-element backward on the
-    calling thread (a CPU graph's queue) and, for a CUDA ``device``, one on that device (its
-    own autograd thread and queue) is that next use.
+    When a backward raises (an out-of-memory error in a kernel) while another node of the same graph
+    is ready (a residual block's shortcut beside its main branch), the engine leaves that node's
+    task in the thread's ready queue: its incoming gradient and, through the node, the rest of the
+    graph with its saved activations (docs/memory.md). ``gc.collect()`` cannot reach it; the engine
+    drops such tasks, their graph being gone, when the queue is next used. A one-element backward on
+    the calling thread (a CPU graph's queue) and, for a CUDA ``device``, one on that device (its own
+    autograd thread and queue) is that next use.
 
     Args:
         device: The device the failed step ran on (a ``torch.device`` or None for the CPU).

@@ -1,12 +1,10 @@
 """``TextOnceConfig``: a Config whose ``pretty_text`` is formatted once per content.
 
-MMEngine's Runner asks its config for ``pretty_text`` five times in a run (the environment it
-logs, the config it dumps, the visualizer's copy, ``RuntimeInfoHook``, and the meta of every
-checkpoint), on every rank, and each time formats the whole config anew with yapf: a quarter
-of a second for the demo config on one core, more for a detection recipe, once more at each
-save. ``DDPRunner`` holds its config as a ``TextOnceConfig``: the text is kept with the
-content it was made from (``repr`` of :meth:`~mmengine.config.Config.to_dict`) and made again
-only when the config changed. The text is MMEngine's own, character for character.
+MMEngine's Runner asks for ``pretty_text`` several times a run (the logged environment, the
+dumped config, the visualizer, ``RuntimeInfoHook``, every checkpoint's meta), and each time
+formats the whole config anew with yapf. ``DDPRunner`` holds its config as a ``TextOnceConfig``:
+the text is kept with the content it was made from and made again only when that changed. The
+text is MMEngine's own, character for character.
 """
 import copy
 from typing import Any

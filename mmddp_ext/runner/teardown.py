@@ -1,14 +1,11 @@
-"""The end of a run, in order (docs/launching.md, "Clean exit"): the data loaders of the
-runner's loops are let go first, so their DataLoader workers end by torch's own shutdown while
-the loader's queues still work; then the entry drops the runner and collects it, with its
-hooks and its DDP model, while the process group is alive; then the group is destroyed.
+"""The end of a run, in order (docs/launching.md, "Clean exit"): the data loaders of the runner's
+loops are let go first, so their workers end by torch's own shutdown while the loader's queues
+still work; then the entry drops the runner and collects it, with its hooks and DDP model, while
+the process group is alive; then the group is destroyed.
 
-The order matters. A runner is held in reference cycles (its loops point back at it), so it is
-freed by a garbage collection, and a collection finalizes the queues of a loader's iterator
-(multiprocessing's finalizers are weak-reference callbacks, run first) before the iterator's
-own shutdown asks its workers to stop: each worker then waits out torch's 5-second status
-interval before it is terminated (measured: 10.4 s at the end of every rank of the demo, whose
-validation loader keeps 2 persistent workers).
+The order matters: a runner lives in reference cycles, and a collection that finds its loader
+finalizes the queues before the iterator asks its workers to stop, so each worker would wait
+out torch's status interval before it is terminated.
 """
 from typing import Iterator
 

@@ -1,26 +1,13 @@
 """The garbage collector around a training process's start-up and exit.
 
-Start-up imports torch, MMEngine and the model's codebase (MMPose's registry modules pull in
-scipy, matplotlib, torchvision): about half a million objects that live as long as the process.
-With the collector on, each full collection while they are created scans all of them again:
-a fifth of the start-up's CPU time (the demo rank's imports: 4.0 CPU-s, 3.2 with the collector
-off). MMEngine then collects twice per dataset it builds (``_serialize_data``), about 0.2 s each
-over that heap, and at exit the interpreter's own collections walk it once more while modules
-are torn down.
-
-``tools/dist_train.py`` therefore turns the collector off before its first import, and the entry
-calls :func:`settle_start_up` once the runner is built, in a process of ours only
-(:mod:`mmddp_ext.utils.process_state`: a caller's objects are never frozen): one collection
-(the start-up's own garbage is freed, not kept), then ``gc.freeze()`` moves what survived out
-of the collector's view, and the collector is turned on for training. Python's documentation
-describes the same pattern (``gc.disable()`` early, ``gc.freeze()`` once the long-lived objects
-exist); it also keeps forked data-loader workers from writing to those objects' pages.
-
-What is frozen is never collected, at exit neither. The runner (in reference cycles through its
-loops and hooks) and its DDP model are frozen with the start-up, so the end of a run frees them
-itself, in order (:func:`release_run`, called by the entry while the process group is still
-alive; docs/launching.md, "Clean exit"): before this, gloo could abort at interpreter exit
-when the interpreter destroyed them there, in whatever order its last collections found them.
+Start-up creates about half a million long-lived objects (torch, MMEngine, the codebase), and
+every full collection meanwhile scans them again. ``tools/dist_train.py`` turns the collector
+off before its first import; once the runner is built the entry calls :func:`settle_start_up`
+(a process of ours only, :mod:`mmddp_ext.utils.process_state`): one collection, then
+``gc.freeze()``, as Python's documentation recommends; this also keeps forked DataLoader
+workers from writing to those objects' pages. What is frozen is never collected, so the end of a
+run frees the runner and its DDP model itself, while the process group is alive
+(:func:`release_run`; docs/launching.md, "Clean exit"). Figures: docs/benchmarks.md.
 """
 import gc
 

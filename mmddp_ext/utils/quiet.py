@@ -1,16 +1,10 @@
 """Known-harmless warnings of MMEngine and MMPose, filtered narrowly, in one place.
 
-Every run used to print messages that say nothing about the run and hide what does. Each one
-filtered here is matched by its exact text, its category (or log level) and the module that
-emits it, and carries the reason it is harmless; anything else from the same modules still
-shows. :class:`~mmddp_ext.runner.DDPRunner` installs the filters when it is built
-(:func:`quiet_warnings` in ``setup_env``, :func:`quiet_logger` on the logger it builds);
-importing this module changes nothing. ``MMDDP_QUIET=0`` in the environment turns them off.
-
-Noise that was ours is fixed where it starts instead: the DDP wrapper passes
-``forward_sync_buffers`` where torch deprecated ``broadcast_buffers``
-(:func:`mmddp_ext.ddp.wrapper.ddp_wrapper_cfg`), and ``DDPRunner.load_or_resume`` says in one
-line that a ``--resume`` found no checkpoint.
+Each filter matches one message by its exact text, its category (or log level) and the module
+that emits it, and says why it is harmless; anything else from those modules still shows.
+:class:`~mmddp_ext.runner.DDPRunner` installs them when it is built (:func:`quiet_warnings` in
+``setup_env``, :func:`quiet_logger` on its logger); importing this module changes nothing.
+``MMDDP_QUIET=0`` turns them off.
 """
 import inspect
 import logging
