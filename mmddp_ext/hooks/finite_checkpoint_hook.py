@@ -8,7 +8,7 @@ from mmengine.registry import HOOKS
 from ..checkpoint.save import refuse_nonfinite
 
 
-class RefuseNonFinite:
+class NonFiniteRefusal:
     """Mixed into a ``CheckpointHook`` (class): a save is refused, when the weights are not
     finite, *before* the hook removes the oldest or the previous best checkpoint or records
     ``last_ckpt``/``best_score``/``best_ckpt``, so no record names a file never written and a
@@ -29,21 +29,21 @@ class RefuseNonFinite:
 
 
 @HOOKS.register_module()
-class FiniteCheckpointHook(RefuseNonFinite, CheckpointHook):
+class FiniteCheckpointHook(NonFiniteRefusal, CheckpointHook):
     """MMEngine's ``CheckpointHook`` that refuses a save with non-finite weights before it
-    removes or records anything (:class:`RefuseNonFinite`). ``DDPRunner`` uses it in place of
+    removes or records anything (:class:`NonFiniteRefusal`). ``DDPRunner`` uses it in place of
     ``CheckpointHook``; with MMEngine's ``Runner``, name it in ``default_hooks.checkpoint``."""
 
 
 def finite_checkpoint_type(hook_type: Any) -> Any:
     """The type a ``default_hooks.checkpoint`` config gets instead of ``hook_type``:
     ``FiniteCheckpointHook`` for ``CheckpointHook``, a subclass of a project's own
-    ``CheckpointHook`` subclass with :class:`RefuseNonFinite` mixed in, and anything else
+    ``CheckpointHook`` subclass with :class:`NonFiniteRefusal` mixed in, and anything else
     (another hook, one that refuses already, a name not registered) unchanged."""
     cls = HOOKS.get(hook_type) if isinstance(hook_type, str) else hook_type
     if (not isinstance(cls, type) or not issubclass(cls, CheckpointHook)
-            or issubclass(cls, RefuseNonFinite)):
+            or issubclass(cls, NonFiniteRefusal)):
         return hook_type
     if cls is CheckpointHook:
         return FiniteCheckpointHook
-    return type(f'Finite{cls.__name__}', (RefuseNonFinite, cls), {})
+    return type(f'Finite{cls.__name__}', (NonFiniteRefusal, cls), {})

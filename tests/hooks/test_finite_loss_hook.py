@@ -16,7 +16,7 @@ from mmengine.registry import HOOKS, METRICS
 from mmengine.runner import Runner
 from mmengine.testing import RunnerTestCase
 
-from mmddp_ext.hooks.finite_checkpoint_hook import FiniteCheckpointHook, RefuseNonFinite
+from mmddp_ext.hooks.finite_checkpoint_hook import FiniteCheckpointHook, NonFiniteRefusal
 from mmddp_ext.hooks.finite_loss_hook import (FiniteLossHook, NonFiniteLossError, format_lr,
                                               nonfinite_grads, nonfinite_terms)
 from mmddp_ext.runner.ddp_runner import DDPRunner
@@ -256,7 +256,7 @@ class TestFiniteLossHook(RunnerTestCase):
         runner = DDPRunner.from_cfg(cfg)
         hook = self._hook(runner, CheckpointHook)
         self.assertIsInstance(hook, ProjectCheckpointHook)
-        self.assertIsInstance(hook, RefuseNonFinite)
+        self.assertIsInstance(hook, NonFiniteRefusal)
         self._refuses_on(runner)
         self.assertGreater(hook.saves, 0)  # the project's own override still runs
 
