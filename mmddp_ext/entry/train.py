@@ -43,6 +43,7 @@ from ..utils.config import default_work_dir, load_config
 from ..utils.garbage_collector import release_run, settle_start_up
 from ..utils.mmcv_ops import missing_gpu_ops
 from ..utils.process_state import owns_process, restore, snapshot
+from ..utils.quiet import quiet_warnings
 from .cli import build_parser, parse_args  # noqa: F401  (the entry's API)
 from .explain import explain, render
 from .forecast import forecast_memory
@@ -231,6 +232,7 @@ def _explain(args: argparse.Namespace) -> int:
         raise UserError(f'--world-size={world} must be at least 1')
     if args.device_memory is not None:
         parse_size(args.device_memory)  # a bad value fails before anything is measured
+    quiet_warnings()  # the known-harmless ones, as a run filters them (put back for a guest)
     # with --json, stdout holds the one object alone: what the libraries print meanwhile
     # (pycocotools' "loading annotations into memory..." while the node figures load batches)
     # goes to stderr
