@@ -2,8 +2,8 @@
 
 * ``bash tools/dist_train.sh DEMO 2``, the seed's command: with 2 or more GPUs the two ranks
   (local ranks 0 and 1) must agree and train; with one GPU, local rank 1 has no GPU of its own
-  and every rank must stop with the one line that names both numbers (docs/memory.md, 'More
-  ranks than GPUs');
+  and every rank must stop with the one line that names both numbers (docs/launching.md,
+  'The variables');
 * the step time of ``MicrobatchDDP`` (the default guard with ``max_batch_per_device='auto'``:
   no reducer, no overlap of all-reduce and backward) against MMEngine's DDP at the same batch;
 * the RetinaNet example for a few iterations: mmcv's compiled ops (``nms``, ``roi_align``) on

@@ -46,7 +46,7 @@ IMPORT_CHANGES: Tuple[ImportChange, ...] = (
         'force=True))', 'on torch >= 2.6 MMEngine 0.10.7 loads with weights_only=True and '
         'fails on its own checkpoints (HistoryBuffer); ours allows exactly MMEngine\'s types, so '
         'a resume works under any entry point, and a legacy file needs an explicit opt-in '
-        '(docs/reliability.md, "Safe loading")', _safe_loader),
+        '(docs/checkpoints.md, "Safe to load")', _safe_loader),
     ImportChange(
         'Runner.from_cfg and Runner.__init__ (mmddp_ext.runner.runner_type)',
         "Runner.from_cfg builds a stock Runner whatever the config's runner_type says; MMPose's "

@@ -1,7 +1,7 @@
 """Checkpoints: MMEngine's local loader replaced by one that keeps ``weights_only=True`` on
 torch >= 2.6 and allows exactly MMEngine's own types (:mod:`.loader`), the plain form that
 plain ``torch.load(path)`` opens (:mod:`.plain`), and what a save refuses or reports
-(:mod:`.save`). docs/reliability.md says why.
+(:mod:`.save`). docs/checkpoints.md says why.
 """
 from .loader import (UNSAFE_ENV, load_checkpoint_file, load_from_local_safe, register_safe_loader,
                      safe_globals)

@@ -1,6 +1,6 @@
 """The local checkpoint loader: ``weights_only=True`` on torch >= 2.6 with exactly MMEngine's
-own types allowed, and an explicit opt-in for legacy checkpoints (docs/reliability.md, "Safe
-loading")."""
+own types allowed, and an explicit opt-in for legacy checkpoints (docs/checkpoints.md, "Safe
+to load")."""
 import os
 import os.path as osp
 import pickle

@@ -1,6 +1,6 @@
 """The plain form of a checkpoint: ``HistoryBuffer`` objects, numpy arrays and numpy scalars
 as marked dicts of tensors and plain values, so plain ``torch.load(path)`` opens what
-``DDPRunner`` writes (docs/reliability.md, "Checkpoints that plain ``torch.load`` opens").
+``DDPRunner`` writes (docs/checkpoints.md, "Opened by plain ``torch.load(path)``").
 Example::
 
     >>> plain = to_plain({'meta': {'best': np.float64(0.5)}})

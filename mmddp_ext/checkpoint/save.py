@@ -1,7 +1,7 @@
 """What a checkpoint save refuses or reports: non-finite weights (the check that
 :class:`~mmddp_ext.hooks.finite_checkpoint_hook.FiniteCheckpointHook` and ``DDPRunner`` make
-before a save) and a full disk (one line; the previous checkpoint stays). docs/reliability.md,
-"Atomic checkpoints" and "Non-finite loss"."""
+before a save) and a full disk (one line; the previous checkpoint stays). docs/checkpoints.md,
+"Atomic" and "Never with non-finite weights"."""
 import errno
 import itertools
 import os.path as osp

@@ -3,8 +3,8 @@
 :func:`ensure_process_group` starts the group before the Runner is built, instead of MMEngine's
 ``init_dist('pytorch')``, which always calls ``torch.cuda.set_device`` (it fails on a CPU host)
 and waits up to 30 minutes for a missing rank; ``Runner.setup_env`` then skips it. The
-rendezvous, its messages and the loopback-only sockets: docs/reliability.md, 'What a failure
-looks like: the launcher' and 'Loopback only: gloo and NCCL too'.
+rendezvous, its messages and the loopback-only sockets: docs/launching.md, 'The six ways' and
+'Mistakes and what they print'.
 """
 import os
 from datetime import timedelta

@@ -1,5 +1,5 @@
 """A small, learnable COCO-format detection dataset of coloured shapes, for the MMDetection
-example config (docs/launching.md, 'Entry points you already have', note 1) and the tests.
+example config (docs/launching.md, 'Entry points you already have') and the tests.
 
 :func:`make_demo_det_dataset` writes it (what an image shows, the annotations and the file
 layout: its docstring); ``python tools/make_demo_data.py --task det`` calls it.

@@ -2,7 +2,7 @@
 one screen that names the rank, the cause and the fix (:mod:`.summary`), from the stack dumps
 (:mod:`.stacks`), the raise sites (:mod:`.frames`), DDP's errors (:mod:`.ddp_errors`) and
 deaths by signal (:mod:`.deaths`). ``python -m mmddp_ext.diagnose WORK_DIR`` prints it
-(its flags: :mod:`mmddp_ext.diagnose.program`); ``docs/reliability.md`` shows it at work.
+(its flags: :mod:`mmddp_ext.diagnose.program`); ``docs/failures.md`` shows it at work.
 """
 from .summary import summarize
 

@@ -5,7 +5,7 @@ torch names parameters by index; the failure records carry their names (``ddp_pa
 so :func:`ddp_error_lines` names them, says what happened and gives the fix, for parameters
 that received no gradient, a parameter ready twice, models that differ between ranks, and
 collectives that differ between ranks (:func:`mismatch_text`, also read from a dying rank's
-kept stderr). Real output: docs/launching.md, 'The faults of the field, as they end'.
+kept stderr). Real output: docs/failures.md, "DDP's own errors, by parameter name".
 """
 import re
 from typing import Dict, List, Optional, Sequence, Tuple

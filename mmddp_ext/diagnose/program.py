@@ -1,5 +1,5 @@
 """``python -m mmddp_ext.diagnose``: the command line of the diagnosis (what it says:
-:mod:`mmddp_ext.diagnose.summary`; examples: ``docs/reliability.md``)."""
+:mod:`mmddp_ext.diagnose.summary`; examples: ``docs/failures.md``)."""
 import argparse
 import os.path as osp
 import sys

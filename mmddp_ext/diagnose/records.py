@@ -1,5 +1,5 @@
 """Per-rank records under a run's work dir, written atomically and read tolerantly: what a
-failed or stuck run leaves for the diagnosis (``docs/reliability.md``).
+failed or stuck run leaves for the diagnosis (``docs/failures.md``).
 
 * ``failures/rank{R}.json`` (+ ``.traceback.txt``): written by the training entry when a rank
   raises (:func:`record_failure`);

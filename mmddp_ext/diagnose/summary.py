@@ -2,9 +2,7 @@
 
 Reads what the run left behind (the launcher's report, the ranks' progress files and stack
 dumps, the failure records) and names the rank, the cause and the fix; ``tools/dist_train.sh``
-runs it after a non-zero exit. What it says, with real output: docs/launching.md, 'What a
-failure looks like'; docs/reliability.md, 'What a failure looks like: a stuck rank' and 'What a
-failure looks like: a rank killed by a signal'.
+runs it after a non-zero exit. What it says, with real output: docs/failures.md.
 """
 import datetime
 import os.path as osp

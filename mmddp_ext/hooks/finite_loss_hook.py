@@ -2,7 +2,7 @@
 skip the optimizer steps whose averaged gradients are not finite. ``DDPRunner`` adds it as the
 default hook ``finite_loss`` with ``action='stop'``; change it with e.g.
 ``default_hooks = dict(finite_loss=dict(action='warn'))``. What each action does and why
-'skip' needs no collective: docs/reliability.md, "Non-finite loss".
+'skip' needs no collective: docs/failures.md, "A NaN or Inf loss".
 """
 import functools
 import sys
@@ -107,7 +107,7 @@ def _check_action(action: Any) -> str:
 
 @HOOKS.register_module()
 class FiniteLossHook(Hook):
-    """Stop, warn or skip the step at a NaN/Inf loss (docs/reliability.md, "Non-finite loss").
+    """Stop, warn or skip the step at a NaN/Inf loss (docs/failures.md, "A NaN or Inf loss").
 
     Args:
         action: ``'stop'`` (raise :class:`NonFiniteLossError`), ``'warn'`` (log and go on) or

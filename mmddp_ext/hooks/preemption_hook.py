@@ -3,7 +3,7 @@ rank, saves one checkpoint and ends with exit code 75 ("stopped, not failed"); u
 ``--requeue`` it requeues itself, and the next start resumes at the following iteration.
 
 Added by :class:`~mmddp_ext.runner.DDPRunner` as the default hook ``preemption``. The story, with
-what the user sees, is in docs/launching.md ("Stopping and continuing").
+what the user sees, is in docs/stopping.md.
 """
 import ctypes
 import os

@@ -1,8 +1,8 @@
 """The store a rank meets the others through: rank 0 hosts a TCP store, bounded by
 ``MMDDP_RENDEZVOUS_TIMEOUT``, with a message naming MASTER_ADDR/MASTER_PORT/WORLD_SIZE and the
 fix for each way it fails (:func:`rendezvous_store`); under torchrun, a client of the agent's
-store, one namespace per restart (:func:`agent_store`). docs/reliability.md, 'What a failure
-looks like: the launcher'.
+store, one namespace per restart (:func:`agent_store`). docs/launching.md, 'Mistakes
+and what they print'.
 """
 import os
 from datetime import timedelta

@@ -1,7 +1,7 @@
 """The front of ``tools/dist_train.sh``: check the rendezvous (:mod:`.rendezvous`), then run
 torchrun in this process; a failed worker ends with one line and a JSON report
 (``$MMDDP_LAUNCH_REPORT``) instead of torchrun's dump. Its checks and exit codes:
-docs/launching.md, "The six ways", and docs/reliability.md.
+docs/launching.md, "The six ways", and docs/failures.md.
 
 Run as a script (``python mmddp_ext/launcher/torchrun_front.py --nnodes=N ... [torchrun
 args]``) so that the agent does not import the package (and with it MMEngine): its two

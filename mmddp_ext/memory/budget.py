@@ -152,7 +152,7 @@ def held_bytes(device: torch.device) -> int:
     (``VmSize``, which ``RLIMIT_AS`` bounds), on a GPU the tensors torch has allocated on
     ``device`` (the caching allocator's free blocks are reused by the next step). The batch
     finder reads it between its trials and training after its first optimizer step, so that the
-    two can be compared (docs/memory.md, 'Why the finder's answer trains')."""
+    two can be compared (docs/scaling.md, 'Finding the per-device batch that fits')."""
     if device.type == 'cuda':
         return gpus().allocated(device.index if device.index is not None else gpus().current())
     return address_space_bytes()

@@ -2,7 +2,7 @@
 
 After oneDNN (torch's CPU convolutions) failed to create a primitive for want of memory, the
 thread stays unable to create one, even with the memory back and the limit lifted; its kernels
-can also segfault after a failed allocation (docs/memory.md, 'What a failed step leaves behind').
+can also segfault after a failed allocation (docs/memory.md, 'When a rank runs out of memory').
 Under ``scaling.memory_budget_mib`` oneDNN is off from the start (``apply_budget``); under a
 limit of the user's own (``ulimit -v``) :func:`turn_off_onednn_after` turns it off after its
 first such failure. GPUs are not concerned (cuDNN).

@@ -7,7 +7,7 @@
 adds :data:`~mmddp_ext.runner.default_hooks.DEFAULT_HOOKS` as ``default_hooks`` keys beside
 MMEngine's own; the other methods are MMEngine's, each extended where its name says.
 What that adds for a user is the README's list under "Use it in your configs"; the plan is
-docs/scaling.md, checkpoints docs/reliability.md.
+docs/scaling.md, checkpoints docs/checkpoints.md.
 """
 import os
 import os.path as osp

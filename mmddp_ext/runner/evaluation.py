@@ -1,5 +1,5 @@
 """Evaluation over the ranks: metrics that wait with a bound of their own, and samplers that
-keep every sample counted once (docs/reliability.md, "Slow metrics").
+keep every sample counted once (docs/failures.md, "A stuck rank").
 
 MMEngine's metrics (``BaseMetric.evaluate``) collect every rank's results, compute on rank 0
 and broadcast; the other ranks wait in the default process group, so a metric slower than

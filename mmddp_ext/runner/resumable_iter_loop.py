@@ -6,8 +6,7 @@ that "looks hung" for hours on a large dataset), and its loader starts loading w
 built, before the checkpoint says where to start. :class:`ResumableIterLoop` (``DDPRunner``
 builds it where MMEngine would build an ``IterBasedTrainLoop``) starts the loader when training
 starts, with its sampler N batches in: no batch before N is loaded. The same batches follow as
-in a run that was never stopped, on the same world size. docs/launching.md, 'Stopping and
-continuing (preemption, time limits, requeue)'.
+in a run that was never stopped, on the same world size. docs/stopping.md.
 """
 import itertools
 from typing import Any, Callable, Iterator, List, Optional, Tuple

@@ -4,8 +4,7 @@ MMEngine 0.10.7's ``EpochBasedTrainLoop`` starts a resumed epoch again from its 
 with the new run's sampler seed. :class:`ResumableEpochLoop` (``DDPRunner`` builds it where
 MMEngine would build an ``EpochBasedTrainLoop``) continues at the next batch, with the
 checkpoint's seed, and can stop in the middle of an epoch; its :class:`ResumableSampler` skips
-the batches already trained without loading them. docs/launching.md, 'Stopping and continuing
-(preemption, time limits, requeue)'.
+the batches already trained without loading them. docs/stopping.md.
 """
 import copy
 import itertools

@@ -1,7 +1,7 @@
-"""The end of a run, in order (docs/launching.md, "Clean exit"): the data loaders of the runner's
-loops are let go first, so their workers end by torch's own shutdown while the loader's queues
-still work; then the entry drops the runner and collects it, with its hooks and DDP model, while
-the process group is alive; then the group is destroyed.
+"""The end of a run, in order (docs/internals.md, "Start-up and clean exit"): the data loaders of
+the runner's loops are let go first, so their workers end by torch's own shutdown while the loader's
+queues still work; then the entry drops the runner and collects it, with its hooks and DDP model,
+while the process group is alive; then the group is destroyed.
 
 The order matters: a runner lives in reference cycles, and a collection that finds its loader
 finalizes the queues before the iterator asks its workers to stop, so each worker would wait

@@ -317,7 +317,7 @@ def make_plan(scaling: ScalingConfig, facts: ConfigFacts, world_size: int,
 
     Returns:
         The plan; worked examples: docs/scaling.md, 'Worked example 2: an `8xb64` recipe on
-        2 GPUs'.
+        other GPU counts'.
 
     Raises:
         ValueError: for a bad world size or cap, or a global batch that ``world_size``

@@ -7,7 +7,7 @@ off before its first import; once the runner is built the entry calls :func:`set
 ``gc.freeze()``, as Python's documentation recommends; this also keeps forked DataLoader
 workers from writing to those objects' pages. What is frozen is never collected, so the end of a
 run frees the runner and its DDP model itself, while the process group is alive
-(:func:`release_run`; docs/launching.md, "Clean exit"). Figures: docs/benchmarks.md.
+(:func:`release_run`; docs/internals.md, "Start-up and clean exit"). Figures: docs/benchmarks.md.
 """
 import gc
 

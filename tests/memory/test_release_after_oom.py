@@ -1,8 +1,8 @@
 """After a real out-of-memory error in a backward that has a queued sibling (a residual
 block's shortcut beside its main branch), the rank gets its memory back: the finder's trial
 and the training-time guard, each in a process of its own on the demo pose model
-(``tests/helpers/oom_sibling.py``; the mechanism: docs/memory.md, 'What a failed step leaves
-behind')."""
+(``tests/helpers/oom_sibling.py``; the mechanism: docs/memory.md, 'When a rank runs out
+of memory')."""
 import json
 
 import pytest

@@ -2,7 +2,7 @@
 (a segfault), or the thread stays unable to create a primitive. Under a budget the product uses
 torch's own kernels: every out-of-memory error is then torch's allocator error and the next
 step trains (``tests/helpers/onednn_oom.py``, in a process of its own; the measured failures
-with oneDNN on: docs/memory.md, 'What a failed step leaves behind'). Under a limit of the
+with oneDNN on: docs/memory.md, 'When a rank runs out of memory'). Under a limit of the
 user's own, oneDNN is turned off after its first failure (:mod:`mmddp_ext.oom.onednn`)."""
 import json
 

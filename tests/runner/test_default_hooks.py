@@ -15,19 +15,24 @@ WORDS = dict(one=1, two=2, three=3, four=4, five=5, six=6, seven=7, eight=8, nin
 
 
 def _readme_claim():
-    """(the number the README says, the hook names its bullet lists)."""
+    """(the number the README says, the hook classes of its table, the table's keys)."""
     text = open(osp.join(ROOT, 'README.md')).read()
     start = text.index('- it adds ')
-    bullet = text[start:text.index('\n- ', start + 1)]
-    count = re.match(r'- it adds (\w+) hooks', bullet)[1]
-    assert f'a count of the runner\'s hooks is {WORDS[count]}' in ' '.join(bullet.split())
-    return WORDS[count], re.findall(r'`(\w+Hook)`', bullet)
+    count = re.match(r'- it adds (\w+) hooks', text[start:])[1]
+    claim = ' '.join(text[start:text.index('\n\n', start)].split())
+    assert f'a count of the runner\'s hooks is {WORDS[count]}' in claim
+    table = text[text.index('| key | class |', start):]
+    rows = [ln for ln in table[:table.index('\n\n')].splitlines()[2:]]
+    keys = [re.match(r'\| `(\w+)` \|', row)[1] for row in rows]
+    names = [re.search(r'`(\w+Hook)`', row.split('|')[2])[1] for row in rows]
+    return WORDS[count], names, keys
 
 
 class TestReadmeHookCount(RunnerTestCase):
 
     def test_ddp_runner_adds_the_hooks_the_readme_names(self):
-        count, names = _readme_claim()
+        count, names, keys = _readme_claim()
+        assert dict(zip(keys, names)) == dict(DEFAULT_HOOKS_BY_KEY, node_limits='NodeLimitsHook')
         cfg = copy.deepcopy(self.epoch_based_cfg)
         cfg.experiment_name = self.experiment_name + '_stock'
         stock = [type(h).__name__ for h in Runner.from_cfg(cfg).hooks]
