@@ -102,17 +102,18 @@ def test_explain_readable_through_the_script():
 
 @pytest.mark.slow
 def test_explain_json_is_one_object_on_stdout(demo_data):
-    """``--explain --json`` as a program reads it: all of stdout is one JSON object; what the
-    libraries print meanwhile (pycocotools, while the node figures load two batches) is on
-    stderr."""
+    """``--explain --json`` (with the memory forecast) as a program reads it: all of stdout is
+    one JSON object; what the libraries print meanwhile (pycocotools, while the node figures
+    load two batches) is on stderr."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
     proc = subprocess.run([
-        PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--explain', '--json', '--world-size', '2',
-        *demo_options(demo_data)
+        PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--explain', '--json', '--memory',
+        '--world-size', '2', *demo_options(demo_data)
     ], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     info = json.loads(proc.stdout)  # the whole of it
     assert set(JSON_KEYS) <= set(info) and info['world_size'] == 2, info
+    assert info['memory']['world_size'] == 2  # the forecast's steps print nothing here
     assert 'loading annotations into memory' in proc.stderr  # the control: it was printed
     assert 'The metainfo config file' not in proc.stderr  # MMPose's known-harmless warning
 
