@@ -167,6 +167,8 @@ def dist_train(args: List[str], nproc: int, out_dir: str, env: Optional[Dict[str
     failing rank's exit code (else 0) and the ranks' output as they wrote it. ``diagnose``:
     after a failure, ``tools/diagnose.py --train-args ARGS``, as ``dist_train.sh`` runs it
     (its screen comes last in the output)."""
+    if diagnose:  # as dist_train.sh's front: the job's screen comes from the diagnosis alone
+        env = dict(env or {}, MMDDP_LAUNCH_REPORT=osp.join(out_dir, 'launch_report.json'))
     results = start(args, out_dir, nproc, env, one_log=True).wait(timeout)
     code = next((c for c, _ in results if c != 0), 0)
     out = results[0][1]

@@ -22,7 +22,7 @@ from .records import (failure_dir, ranks_dir, read_failures, read_launch_report,
 from .stacks import main_frames, parse_dump, split_ranks
 
 
-def _first_lines(text: str, n: int = 3, width: int = 400) -> List[str]:
+def first_lines(text: str, n: int = 3, width: int = 400) -> List[str]:
     lines = [ln for ln in text.splitlines() if ln.strip()] or ['(no message)']
     return [ln[:width] for ln in lines[:n]]
 
@@ -33,7 +33,7 @@ PEER_LOST = ('Connection closed by peer', 'Connection reset by peer', 'Broken pi
              'NCCL communicator was aborted', 'ProcessGroupNCCL is aborted')
 
 
-def _waited(record: Dict) -> Optional[str]:
+def waited(record: Dict) -> Optional[str]:
     """'timeout' / 'peer lost' when a rank's exception only says that it waited for others."""
     text = f'{record.get("exc_type", "")}: {record.get("message", "")}'
     if any(k in text for k in COLLECTIVE_TIMEOUT):
@@ -94,7 +94,7 @@ def summarize(work_dir: str, records: Optional[List[Dict]] = None,
     silent = _silent_lines(records, ranks)
     if silent:
         return '\n'.join(head + silent)
-    return '\n'.join(head + _raised_lines(records))
+    return '\n'.join(head + raised_lines(records))
 
 
 def _killed_lines(work_dir: str, killed: List[Dict], records: List[Dict],
@@ -133,8 +133,8 @@ def _grouped(records: List[Dict]) -> str:
     what = {
         r.get('rank'):
         f'{r.get("exc_type")}' +
-        (f' ({_waited(r)})' if _waited(r) else ' (agreed to stop: it did not run out '
-         'itself)' if _agreed_only(r) else '')
+        (f' ({waited(r)})' if waited(r) else ' (agreed to stop: it did not run out '
+         'itself)' if agreed_only(r) else '')
         for r in records
     }
     return '; '.join(f'{ranks_text(rs)} {v}' for v, rs in group_ranks(what))
@@ -146,14 +146,14 @@ def _same_error(records: List[Dict]) -> bool:
     return len(records) > 1 and len(keys) == 1
 
 
-def _shown_message(record: Dict) -> str:
+def shown_message(record: Dict) -> str:
     """The message to show: a DataLoader worker's own line, without a repeated type."""
     text = worker_error_line(str(record.get('message', '')))
     prefix = f'{record.get("exc_type")}: '
     return text[len(prefix):] if text.startswith(prefix) else text
 
 
-def _raised_lines(records: List[Dict]) -> List[str]:
+def raised_lines(records: List[Dict]) -> List[str]:
     """Python exceptions: a known DDP error in our words, else the first rank that failed by
     itself; where it was raised; memory; what the other ranks raised."""
     first = _first_failure(records)
@@ -161,7 +161,7 @@ def _raised_lines(records: List[Dict]) -> List[str]:
     where = f'(host {first.get("host")}, pid {first.get("pid")}, at {when})'
     world = first.get('world_size')
     ddp = ddp_error_lines(records, world)
-    same = [r for r in records if not _waited(r) and not _agreed_only(r)]
+    same = [r for r in records if not waited(r) and not agreed_only(r)]
     if ddp:
         lines = ddp
         explained = {r.get('rank') for r in records if _same_error([r, first])}
@@ -169,13 +169,13 @@ def _raised_lines(records: List[Dict]) -> List[str]:
         lines = [
             f'{ranks_text(r.get("rank") for r in same)} raised the same error (rank '
             f'{first.get("rank")} {where} shown; no rank is the culprit):',
-            f'  {first.get("exc_type")}: ' + '\n  '.join(_first_lines(_shown_message(first)))
+            f'  {first.get("exc_type")}: ' + '\n  '.join(first_lines(shown_message(first)))
         ]
         explained = {r.get('rank') for r in same}
     else:
         lines = [
             f'first failing rank: {first.get("rank")} {where}',
-            f'  {first.get("exc_type")}: ' + '\n  '.join(_first_lines(_shown_message(first)))
+            f'  {first.get("exc_type")}: ' + '\n  '.join(first_lines(shown_message(first)))
         ]
         explained = {first.get('rank')}
     # a worker's death interrupts the rank wherever it is: where it raised says nothing
@@ -199,7 +199,7 @@ def _silent_lines(records: List[Dict], ranks: Dict[int, Dict]) -> List[str]:
     """When every rank that raised only lost its peer, and a rank that trained left no record
     (killed by a signal where no launcher reports it: Slurm, hand-started processes): that
     rank, where it ran and its last iteration; [] otherwise."""
-    if not records or any(_waited(r) != 'peer lost' for r in records):
+    if not records or any(waited(r) != 'peer lost' for r in records):
         return []
     raised = {r.get('rank') for r in records}
     silent = sorted(r for r in ranks if r not in raised)
@@ -221,7 +221,7 @@ def _silent_lines(records: List[Dict], ranks: Dict[int, Dict]) -> List[str]:
     return lines
 
 
-def _agreed_only(record: Dict) -> bool:
+def agreed_only(record: Dict) -> bool:
     """Whether a rank raised only because the ranks agreed that others ran out of memory."""
     ranks = record.get('oom_ranks')
     return ranks is not None and record.get('rank') not in ranks
@@ -253,8 +253,8 @@ def rank_at_fault(records: List[Dict], launch: List[Dict]) -> Optional[int]:
 def _first_failure(records: List[Dict]) -> Dict:
     """The first rank that failed by itself: not one that only lost its peer, nor one that
     stopped because the ranks agreed that another rank ran out of memory."""
-    own = [r for r in records if not _waited(r) and not _agreed_only(r)]
-    return (own or [r for r in records if not _waited(r)] or records)[0]
+    own = [r for r in records if not waited(r) and not agreed_only(r)]
+    return (own or [r for r in records if not waited(r)] or records)[0]
 
 
 def _current_run(ranks: Dict[int, Dict]) -> Dict[int, Dict]:
@@ -269,10 +269,10 @@ def _hang_lines(work_dir: str, records: List[Dict], ranks: Dict[int, Dict]) -> L
     """The hang diagnosis: who did not arrive, where it was, who waited; [] if no hang."""
     dumps = {r: parse_dump(s.get('stacks') or '') for r, s in ranks.items()}
     timed_out = {r: d.timeout for r, d in dumps.items() if d.timeout}
-    collective = [r for r in records if _waited(r) == 'timeout']
+    collective = [r for r in records if waited(r) == 'timeout']
     if not timed_out and not collective:
         return []
-    if any(not _waited(r) for r in records):
+    if any(not waited(r) for r in records):
         return []  # a rank raised a real error: that is the news (shown by the caller)
     stacks = {r: main_frames(d, ranks[r].get('main_thread')) for r, d in dumps.items()}
     stacks = {r: f for r, f in stacks.items() if f}  # e.g. stopped while exiting: no frame
@@ -280,7 +280,7 @@ def _hang_lines(work_dir: str, records: List[Dict], ranks: Dict[int, Dict]) -> L
     waiting, not_arrived = split_ranks(stacks, completed)
     for record in records:  # its exception says it waited, whatever its stack shows
         waiting.setdefault(
-            record.get('rank'), 'a collective that timed out' if _waited(record) == 'timeout' else
+            record.get('rank'), 'a collective that timed out' if waited(record) == 'timeout' else
             'a collective, until its peer went away (then it raised)')
         not_arrived.pop(record.get('rank'), None)
     why = (f'no progress for {_seconds(min(timed_out.values()))} (hang watchdog)' if timed_out else
@@ -303,7 +303,7 @@ def _hang_lines(work_dir: str, records: List[Dict], ranks: Dict[int, Dict]) -> L
     if completed:
         lines.append(f'  last completed iteration: {_by_rank(completed)}')
     told = {
-        r.get('rank'): f'{r.get("exc_type")}: {_first_lines(r.get("message", ""), 1, 160)[0]}'
+        r.get('rank'): f'{r.get("exc_type")}: {first_lines(r.get("message", ""), 1, 160)[0]}'
         for r in collective
     }
     lines += [

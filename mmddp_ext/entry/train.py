@@ -5,6 +5,7 @@ and :func:`mmddp_ext.launch` runs the same :func:`main` in its workers; the flag
 :mod:`.cli`'s, the ways to start it docs/launching.md.
 """
 import argparse
+import atexit
 import contextlib
 import faulthandler
 import inspect
@@ -23,6 +24,7 @@ from torch.distributed.elastic.multiprocessing.errors import get_error_handler, 
 from ..checkpoint import UNSAFE_ENV
 from ..ddp.process_group import ensure_process_group, shutdown
 from ..ddp.wrapper import ddp_param_names, model_wrapper_for
+from ..diagnose.rank_screen import print_rank_screen
 from ..diagnose.records import clear_failure, note_work_dir, record_failure, stderr_path
 from ..diagnose.stderr_copy import keep_stderr
 from ..errors import UserError
@@ -212,6 +214,9 @@ def _train(args: argparse.Namespace, env: DistEnv) -> int:
     except BaseException as e:
         faulthandler.cancel_dump_traceback_later()  # this rank failed; it is not stuck
         record_failure(work_dir, env.rank, e, lambda: failure_context(runner, env, cfg))
+        if env.distributed and owns_process() and not isinstance(e, UserError):
+            # after the traceback, at the process's exit (a user error is its one line)
+            atexit.register(print_rank_screen, work_dir, env.rank)
         raise
     code = STOPPED_EXIT_CODE if stopped(runner) else 0
     # Ordered teardown (runner/teardown.py): the data loaders' workers end, the runner (loops,

@@ -23,6 +23,7 @@ def _train(tmp_path, demo_data, hooks: str, *extra_options: str, name: str):
                timeout=600)
     screen = '\n'.join(proc.stdout.rstrip().splitlines()[-SCREEN:])
     assert 'DataLoader worker (pid' not in screen or 'kill_worker' in name, screen
+    assert 'failed (what this rank sees)' not in proc.stdout  # one screen: the front's
     return proc, screen, work
 
 

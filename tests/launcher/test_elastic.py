@@ -283,6 +283,7 @@ def test_launch_api_failing_rank_with_workers(demo_data, tmp_path):
     assert 'rank 1 failed first; ==== mmddp_ext diagnosis of' in out
     assert 'first failing rank: 1' in out
     assert 'injected fault on rank 1 at iteration 2' in out
+    assert 'failed (what this rank sees)' not in out  # one screen: launch()'s
 
 
 def test_failing_worker_is_named_in_the_last_lines(demo_data, tmp_path):

@@ -9,6 +9,7 @@ import shutil
 import pytest
 
 from conftest import PYTHON, check_ok, demo_options, read_records, recording_config, run
+from rank_screens import assert_killed_screen, assert_raise_screens, fault_config
 
 MPIRUN = shutil.which('mpirun')
 pytestmark = pytest.mark.skipif(
@@ -40,3 +41,18 @@ def test_mpirun_trains_the_demo_on_two_processes(demo_data, tmp_path):
     seen = [r['samples'] for r in records.values()]
     assert all(len(s) == len(set(s)) == 32 for s in seen)  # half of the 64 images each, once
     assert not set(seen[0]) & set(seen[1]) and r['param_checksum'] == records[0]['param_checksum']
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('fault', ['raise', 'sigkill'])
+def test_a_failed_rank_under_mpirun_prints_its_screen(demo_data, tmp_path, fault):
+    """Rank 1 raises, or is killed by SIGKILL, at iteration 3: mpirun's output ends with the
+    ranks' own screens (tests/e2e/test_rank_screens.py), not gloo's words alone."""
+    work = str(tmp_path / 'w')
+    proc = run([
+        *_mpirun(2), PYTHON, 'tools/dist_train.py',
+        fault_config(tmp_path, fault), '--launcher', 'mpi', '--work-dir', work,
+        *demo_options(demo_data, 2)
+    ])
+    assert proc.returncode != 0
+    (assert_raise_screens if fault == 'raise' else assert_killed_screen)(proc.stdout, work)
