@@ -1,6 +1,7 @@
 """What a checkpoint save refuses or reports: non-finite weights (the check that
 :class:`~mmddp_ext.hooks.finite_checkpoint_hook.FiniteCheckpointHook` and ``DDPRunner`` make
-before a save) and a full disk (one line; the previous checkpoint stays). docs/checkpoints.md,
+before a save), and a full disk or a folder that refuses new files (one line each; the previous
+checkpoint stays). docs/checkpoints.md,
 "Atomic" and "Never with non-finite weights"."""
 import errno
 import itertools
@@ -73,6 +74,30 @@ def disk_full_error(error: OSError, path: str, usage: Optional[Tuple[int, int]],
         'file was left\nfix: free space there, keep fewer checkpoints '
         '(--cfg-options default_hooks.checkpoint.max_keep_ckpts=2), or give a --work-dir on '
         'a larger disk, then --resume')
+
+
+# a folder that stopped taking files: permissions, read-only (a remount, an export's rules), an
+# immutable folder, a folder removed under the run
+REFUSED = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT)
+
+
+def refused_save_error(error: OSError, path: str, previous: Optional[str]) -> OSError:
+    """The one-line error for a checkpoint save that its folder refused (pure formatting).
+
+    Args:
+        error: the ``OSError`` the write raised (EACCES, EPERM, EROFS or ENOENT).
+        path: the checkpoint that was being written.
+        previous: the previous checkpoint (``last_checkpoint``), if there is one.
+    """
+    folder = osp.dirname(path)
+    kept = (f'the previous checkpoint {previous} is intact'
+            if previous else 'no earlier checkpoint')
+    resume = f'--resume {previous}' if previous else '--resume'
+    return OSError(
+        error.errno, f'the work dir refused checkpoint {path}: {error.strerror} '
+        f'({error.filename or folder}); {kept}, no partial file was left\nfix: let {folder} '
+        'take new files again (its permissions, a read-only mount, `lsattr -d` for an immutable '
+        f'folder, the export\'s or quota\'s rules), or give a --work-dir that does, then {resume}')
 
 
 def previous_checkpoint(out_dir: str) -> Optional[str]:

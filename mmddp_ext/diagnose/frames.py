@@ -8,6 +8,7 @@ stays JSON. Library code is what :mod:`mmddp_ext.diagnose.stacks` skips when it 
 line (installed packages, the standard library) plus this package itself: the runner's loop
 is never the line to fix.
 """
+import errno
 import os
 import os.path as osp
 import re
@@ -91,12 +92,14 @@ def exception_sites(exc: BaseException) -> Dict[str, Optional[str]]:
     if frames and frames[-1]['file'].startswith(_PACKAGE) and exc.__cause__ is not None:
         frames = frames_of(exc.__cause__.__traceback__) or frames  # we only re-worded it
     worker = frames_in_text(str(exc)) if WORKER in str(exc) else []
-    path = input_file(exc)
+    # a write its folder refused names the file written, not an input
+    path = None if getattr(exc, 'errno', None) in WRITE_REFUSED else input_file(exc)
     return dict(
         raise_sites(worker or frames), input_file=path, input_missing=path is not None
         and not osp.exists(path), cwd=os.getcwd())
 
 
+WRITE_REFUSED = (errno.EPERM, errno.EROFS, errno.ENOSPC, getattr(errno, 'EDQUOT', errno.ENOSPC))
 WORKER = 'Original Traceback'  # what a DataLoader worker's error carries into the main process
 DATA_SUFFIXES = ('.json', '.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp', '.gif', '.txt',
                  '.csv', '.xml', '.pkl', '.npy', '.npz', '.h5', '.mat', '.yaml', '.yml')

@@ -17,6 +17,7 @@ import psutil
 from ..launcher.torchrun_front import REPORT_ENV
 from .frames import frame_text
 from .records import WORK_DIR_NOTE_ENV, read_failures, read_ranks
+from .spare_records import refused_lines
 from .stacks import Frame, wait_site
 from .summary import agreed_only, first_lines, raised_lines, shown_message, waited
 
@@ -88,7 +89,7 @@ def rank_screen(work_dir: str, rank: int, wait: float = PEER_WAIT,
     whole = f'the whole job: python -m mmddp_ext.diagnose {osp.abspath(work_dir)}'
     how = waited(own)
     if not how and not agreed_only(own):
-        return '\n'.join([head, *raised_lines([own]), whole])
+        return '\n'.join([head, *raised_lines([own]), *refused_lines([own]), whole])
     deadline = time.monotonic() + wait
     ranks = read_ranks(work_dir)
     while not peers_known(records, ranks, rank) and time.monotonic() < deadline:
@@ -113,7 +114,7 @@ def rank_screen(work_dir: str, rank: int, wait: float = PEER_WAIT,
     lines += ['the other ranks, as this rank sees them:', *peers] if peers else [
         '  no other rank left a record or a progress file here: their own logs hold the cause'
     ]
-    return '\n'.join(lines + [whole])
+    return '\n'.join(lines + refused_lines(records + list(ranks.values())) + [whole])
 
 
 def print_rank_screen(work_dir: str, rank: int, environ: Mapping[str, str] = os.environ) -> None:

@@ -19,6 +19,7 @@ from .deaths import (LAUNCHER_STOP, cgroup_count, death_lines, host_memory_total
 from .frames import raise_site_lines, worker_error_line
 from .records import (failure_dir, ranks_dir, read_failures, read_launch_report, read_ranks,
                       stacks_path)
+from .spare_records import refused_lines, spare_dir
 from .stacks import main_frames, parse_dump, split_ranks
 
 
@@ -77,24 +78,29 @@ def summarize(work_dir: str, records: Optional[List[Dict]] = None,
     ranks = _current_run(read_ranks(work_dir) if ranks is None else ranks)
     launch = read_launch_report(work_dir) if launch is None else launch
     head = [f'==== mmddp_ext diagnosis of {osp.abspath(work_dir)} ====']
+    # a rank whose work dir refused its records: which dir, its error, where they are instead
+    refused = refused_lines(records + list(ranks.values()))
+    return '\n'.join(head + _body(work_dir, records, ranks, launch) + refused)
+
+
+def _body(work_dir: str, records: List[Dict], ranks: Dict[int, Dict],
+          launch: List[Dict]) -> List[str]:
     killed = _killed(launch, records)
     if killed:  # no Python exception: the signal is the news, whatever the others raised
-        return '\n'.join(head + _killed_lines(work_dir, killed, records, ranks))
+        return _killed_lines(work_dir, killed, records, ranks)
     hang = _hang_lines(work_dir, records, ranks)
     if hang:
-        return '\n'.join(head + hang)
+        return hang
     if not records:
         exits = [f'rank {f.get("rank")} exit code {f.get("exitcode")}' for f in launch]
-        return '\n'.join(head + [
-            f'no failure records in {failure_dir(work_dir)}: no rank raised a Python exception' +
+        return [
+            f'no failure records in {failure_dir(work_dir)} (nor in '
+            f'{failure_dir(spare_dir(work_dir))}): no rank raised a Python exception' +
             (f' ({"; ".join(exits)})' if exits else '') + '. A rank killed by a signal '
             '(exit -9: out of host memory or kill; -6: abort) leaves none; see the '
             "launcher's report above."
-        ])
-    silent = _silent_lines(records, ranks)
-    if silent:
-        return '\n'.join(head + silent)
-    return '\n'.join(head + raised_lines(records))
+        ]
+    return _silent_lines(records, ranks) or raised_lines(records)
 
 
 def _killed_lines(work_dir: str, killed: List[Dict], records: List[Dict],

@@ -1,5 +1,6 @@
 """``HangWatchdogHook``: a rank that stops making progress dumps every thread's stack and stops,
 well before MMEngine's 30-minute collective timeout, with nothing set up in advance."""
+import contextlib
 import faulthandler
 import os
 import signal
@@ -144,7 +145,7 @@ class HangWatchdogHook(Hook):
     # ---- set-up and tear-down ----
     def before_run(self, runner) -> None:
         rank = runner.rank
-        self._progress = ProgressFile(begin_progress(runner.work_dir, rank))
+        self._progress = ProgressFile(begin_progress(runner.work_dir, rank), runner.work_dir)
         self.state = dict(rank=rank, world_size=runner.world_size, run=runner.timestamp,
                           pid=os.getpid(), host=socket.gethostname(),
                           slurm_node=os.environ.get('SLURMD_NODENAME'),
@@ -179,7 +180,8 @@ class HangWatchdogHook(Hook):
         self._stack_file.close()
         self._stack_file = None
         if os.path.getsize(path) == 0:
-            os.remove(path)
+            with contextlib.suppress(OSError):  # a work dir that refuses keeps it: no harm
+                os.remove(path)
         self._phase('done')
         self._progress.close()
         self._progress = None

@@ -9,6 +9,7 @@ MMEngine's own; the other methods are MMEngine's, each extended where its name s
 What that adds for a user is the README's list under "Use it in your configs"; the plan is
 docs/scaling.md, checkpoints docs/checkpoints.md.
 """
+import contextlib
 import os
 import os.path as osp
 import shutil
@@ -23,8 +24,8 @@ from mmengine.runner import Runner
 
 from ..agreement.collective import agree_or_stop, view_of
 from ..batch_finder.finder import find_max_batch
-from ..checkpoint import (DISK_FULL, disk_full_error, from_plain, previous_checkpoint,
-                          refuse_nonfinite, to_plain)
+from ..checkpoint import (DISK_FULL, REFUSED, disk_full_error, from_plain, previous_checkpoint,
+                          refuse_nonfinite, refused_save_error, to_plain)
 from ..dataloader.shared_batches import share_batches
 from ..dataloader.workers import tie_workers
 from ..ddp.process_group import ensure_process_group
@@ -317,7 +318,8 @@ class DDPRunner(RankEvaluation, Runner):
         rename, outside a CPU memory budget (:func:`~mmddp_ext.memory.budget.checkpoint_writing`).
         A crash mid-save leaves the previous file of that name intact, and the
         CheckpointHook updates ``last_checkpoint`` only after this returns. A full disk
-        (or quota) is one error line: the path, the free space, the previous checkpoint.
+        (or quota) is one error line: the path, the free space, the previous checkpoint; so
+        is a folder that refuses new files (permissions, read-only, immutable, gone).
 
         Weights with a NaN or Inf are not saved: one log line names them and nothing is
         written (:func:`~mmddp_ext.checkpoint.nonfinite_tensors`)."""
@@ -337,10 +339,14 @@ class DDPRunner(RankEvaluation, Runner):
                 move_into_place(part, osp.join(out_dir, filename))
         except BaseException as e:
             if main and osp.exists(part):
-                os.remove(part)
+                with contextlib.suppress(OSError):  # a folder that refuses may refuse this too
+                    os.remove(part)
             if isinstance(e, OSError) and e.errno in DISK_FULL:  # one line: where, how much
                 raise disk_full_error(e, osp.join(out_dir, filename), _disk_usage(out_dir),
                                       previous_checkpoint(out_dir)) from e
+            if isinstance(e, OSError) and e.errno in REFUSED:  # one line: where, what it said
+                raise refused_save_error(e, osp.join(out_dir, filename),
+                                         previous_checkpoint(out_dir)) from e
             raise
 
     def register_default_hooks(self, hooks: Optional[dict] = None) -> None:

@@ -1,8 +1,11 @@
-"""The one line of a checkpoint save that ran out of space (:func:`disk_full_error`); the
-real ENOSPC is provoked in ``tests/e2e/test_diagnosis_cases.py``."""
+"""The one line of a checkpoint save that ran out of space (:func:`disk_full_error`) or that its
+folder refused (:func:`refused_save_error`); the real ENOSPC is provoked in
+``tests/e2e/test_diagnosis_cases.py``, the real EPERM in ``tests/e2e/test_faults.py``."""
 import errno
 
-from mmddp_ext.checkpoint import disk_full_error, previous_checkpoint
+import pytest
+
+from mmddp_ext.checkpoint import REFUSED, disk_full_error, previous_checkpoint, refused_save_error
 
 
 def test_the_line_names_the_path_the_free_space_and_the_previous_checkpoint():
@@ -32,3 +35,27 @@ def test_the_previous_checkpoint_is_the_one_last_checkpoint_names(tmp_path):
     assert previous_checkpoint(str(tmp_path)) == str(ckpt)
     ckpt.unlink()  # named but gone: not called intact
     assert previous_checkpoint(str(tmp_path)) is None
+
+
+@pytest.mark.parametrize('code, words', [
+    (errno.EPERM, 'Operation not permitted'),
+    (errno.EACCES, 'Permission denied'),
+    (errno.EROFS, 'Read-only file system'),
+    (errno.ENOENT, 'No such file or directory'),
+])
+def test_a_refused_save_names_the_folder_its_error_and_the_resume(code, words):
+    assert code in REFUSED
+    e = refused_save_error(
+        OSError(code, words, '/w/.epoch_2.pth.part'), '/w/epoch_2.pth', '/w/epoch_1.pth')
+    assert e.errno == code and isinstance(e, OSError)
+    assert str(e) == (
+        f'[Errno {code}] the work dir refused checkpoint /w/epoch_2.pth: {words} '
+        '(/w/.epoch_2.pth.part); the previous checkpoint /w/epoch_1.pth is intact, no partial '
+        'file was left\nfix: let /w take new files again (its permissions, a read-only mount, '
+        "`lsattr -d` for an immutable folder, the export's or quota's rules), or give a "
+        '--work-dir that does, then --resume /w/epoch_1.pth')
+
+
+def test_a_refused_first_save_resumes_from_nothing():
+    text = str(refused_save_error(OSError(errno.EACCES, 'Permission denied'), '/w/a.pth', None))
+    assert 'no earlier checkpoint' in text and text.endswith('then --resume')

@@ -8,6 +8,7 @@ runs after them as ``dist_train.sh`` runs it (``tests/preloaded.py``); the full 
 collective mismatch under it too (an abort leaves no record: the front's report has its words)."""
 import os
 import os.path as osp
+import re
 import shutil
 import subprocess
 
@@ -159,18 +160,20 @@ def test_a_full_disk_while_saving_is_one_line_and_the_previous_checkpoint_stays(
         demo_data, tmp_path):
     """A real ENOSPC: the work dir is a 1 GiB tmpfs mounted in a private mount namespace of
     the run (``unshare -m``: the mount is never seen outside and goes away with the run), and
-    a hook fills it before the second save. Skipped where namespaces or mounts are not
-    permitted (not root)."""
+    a hook fills it to the last byte before the second save: the ranks' failure records do
+    not fit either and are kept in the spare folder under $TMPDIR, which the screen names.
+    Skipped where namespaces or mounts are not permitted (not root)."""
     if not _namespace_ok():
         pytest.skip('unshare -m is not permitted here (needs root): no private tmpfs to fill')
-    mnt = tmp_path / 'mnt'
+    mnt, tmp = tmp_path / 'mnt', tmp_path / 'tmp'
     mnt.mkdir()
+    tmp.mkdir()
 
     def namespaced(argv):
         argv = [a.replace(str(tmp_path / 'w'), str(mnt / 'w')) for a in argv]
         return [
-            'env', f'MNT={mnt}', f'PY={PYTHON}', 'unshare', '-m', 'bash', '-c', NAMESPACED, 'bash',
-            *argv
+            'env', f'MNT={mnt}', f'PY={PYTHON}', f'TMPDIR={tmp}', 'unshare', '-m', 'bash', '-c',
+            NAMESPACED, 'bash', *argv
         ]
 
     proc, screen = _train(tmp_path, demo_data, {'default_hooks.checkpoint.max_keep_ckpts': '-1'},
@@ -188,3 +191,9 @@ def test_a_full_disk_while_saving_is_one_line_and_the_previous_checkpoint_stays(
     assert ' MiB free of 1024 MiB there' in line
     assert f'the previous checkpoint {prev} is intact, no partial file was left' in line
     assert 'fix: free space there' in screen and 'first failing rank: 0' in screen
+    work = osp.join(str(mnt), 'w')
+    assert re.search(
+        rf"rank 0's records: the work dir {re.escape(work)} refused them \(OSError: \[Errno 28\] "
+        rf".*\); kept in {re.escape(str(tmp))}/mmddp_ext-records-\d+/w-[0-9a-f]{{10}} on host",
+        screen), screen
+    assert 'no rank raised' not in proc.stdout

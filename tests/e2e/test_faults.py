@@ -5,6 +5,8 @@ whose workers must not outlive it, a worker killed by itself); a worker that the
 ended is never named."""
 import json
 import os.path as osp
+import re
+import subprocess
 import time
 
 import psutil
@@ -15,12 +17,13 @@ from conftest import DEMO_WORKERS, demo_options, demo_with_hooks, run
 SCREEN = 25  # lines a user sees without scrolling
 
 
-def _train(tmp_path, demo_data, hooks: str, *extra_options: str, name: str):
-    cfg = demo_with_hooks(tmp_path, hooks, ['fault_hook'], name)
+def _train(tmp_path, demo_data, hooks: str, *extra_options: str, name: str,
+           modules=('fault_hook', ), env=None):
+    cfg = demo_with_hooks(tmp_path, hooks, list(modules), name)
     work = str(tmp_path / 'w')
     opts = demo_options(demo_data, 3, **{'train_dataloader.batch_size': '8', **DEMO_WORKERS})
     proc = run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work, *opts, *extra_options],
-               timeout=600)
+               timeout=600, env=env)
     screen = '\n'.join(proc.stdout.rstrip().splitlines()[-SCREEN:])
     assert 'DataLoader worker (pid' not in screen or 'kill_worker' in name, screen
     assert 'failed (what this rank sees)' not in proc.stdout  # one screen: the front's
@@ -111,3 +114,48 @@ def test_a_worker_killed_by_itself_is_the_cause_on_its_rank(demo_data, tmp_path)
     assert 'fix: fewer DataLoader workers (train_dataloader.num_workers)' in flat
     assert 'then: rank 0 RuntimeError (peer lost)' in flat
     assert 'raised at' not in flat  # the worker's death interrupts the rank anywhere
+
+
+def _chattr_ok(tmp_path) -> bool:
+    probe = tmp_path / 'probe'
+    probe.mkdir()
+    ok = subprocess.run(['chattr', '+i', str(probe)], capture_output=True).returncode == 0
+    subprocess.run(['chattr', '-i', str(probe)], capture_output=True)
+    return ok
+
+
+@pytest.mark.slow
+def test_a_work_dir_that_stops_taking_writes_is_named_with_the_cause(demo_data, tmp_path):
+    """The work dir refuses every write from the second save on (RefuseWritesHook: immutable,
+    as a read-only remount or an export's rules make it): rank 0's save fails with EPERM, and
+    neither its failure record nor rank 1's, nor their progress, fit there. They are kept in
+    the spare folder under $TMPDIR; the screen names rank 0, the refused checkpoint with the
+    previous one intact and the fix, and the work dir that refused the records and where they
+    went; it never says that no rank raised."""
+    if not _chattr_ok(tmp_path):
+        pytest.skip('chattr +i is not permitted here (needs root and ext4, xfs or btrfs)')
+    tmp = tmp_path / 'tmp'
+    tmp.mkdir()
+    work = str(tmp_path / 'w')
+    try:
+        proc, screen, _ = _train(tmp_path, demo_data, "dict(type='RefuseWritesHook')",
+                                 name='refuse.py', modules=('refuse_writes_hook', ),
+                                 env={'TMPDIR': str(tmp)})
+    finally:
+        subprocess.run(['chattr', '-R', '-i', work], check=False)
+    assert proc.returncode != 0
+    flat = ' '.join(screen.split())
+    assert 'first failing rank: 0' in flat, proc.stdout[-5000:]
+    prev = osp.join(work, 'epoch_1.pth')
+    assert (f"the work dir refused checkpoint {osp.join(work, 'epoch_2.pth')}: Operation not "
+            f'permitted') in flat
+    assert f'the previous checkpoint {prev} is intact, no partial file was left' in flat
+    assert f'fix: let {work} take new files again' in flat and f'--resume {prev}' in flat
+    spare = re.escape(str(tmp)) + r'/mmddp_ext-records-\d+/w-[0-9a-f]{10}'
+    for rank in (0, 1):
+        assert re.search(
+            rf"rank {rank}'s records: the work dir {re.escape(work)} refused them "
+            rf'\(PermissionError: \[Errno 1\] Operation not permitted[^)]*\); kept in {spare} on '
+            'host', flat), flat
+    assert 'no rank raised' not in proc.stdout
+    assert not osp.exists(osp.join(work, 'failures'))  # nothing of them in the work dir

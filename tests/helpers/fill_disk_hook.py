@@ -1,10 +1,8 @@
 """A test-only hook: before the second checkpoint save, fills the disk of the work dir (a
-small tmpfs the test mounted in its own mount namespace) until less space is free than the
-first checkpoint took, so that the save runs out of space for real (ENOSPC)."""
-import glob
+small tmpfs the test mounted in its own mount namespace) to the last byte, so that the save
+runs out of space for real (ENOSPC), and so does every record written there after it."""
 import os
 import os.path as osp
-import shutil
 
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
@@ -12,7 +10,7 @@ from mmengine.registry import HOOKS
 
 @HOOKS.register_module()
 class FillDiskHook(Hook):
-    """Leaves half of the first checkpoint's size free before the second save (rank 0)."""
+    """Fills the work dir's disk before the second save (rank 0)."""
 
     priority = 'VERY_LOW'
 
@@ -23,11 +21,14 @@ class FillDiskHook(Hook):
         self.saves += 1
         if self.saves != 2 or runner.rank != 0:
             return
-        first = max(glob.glob(osp.join(runner.work_dir, '*.pth')), key=osp.getmtime)
-        leave = osp.getsize(first) // 2
         chunk = b'\0' * 2**20
-        with open(osp.join(runner.work_dir, 'filler.bin'), 'wb') as f:
-            while shutil.disk_usage(runner.work_dir).free > leave + len(chunk):
-                f.write(chunk)
-                f.flush()
-                os.fsync(f.fileno())
+        fd = os.open(osp.join(runner.work_dir, 'filler.bin'), os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:  # unbuffered: the last write is a partial one, then ENOSPC
+                try:
+                    if os.write(fd, chunk) == 0:
+                        break
+                except OSError:
+                    break
+        finally:
+            os.close(fd)
