@@ -19,7 +19,7 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
 
-from ..launcher import slurm
+from ..launcher.ways import slurm
 from ..utils.io import atomic_write_text
 
 # EX_TEMPFAIL of sysexits.h: a temporary condition; running the command again continues.

@@ -1,22 +1,17 @@
 """Read and validate the launcher's environment (pure: a mapping in, a frozen DistEnv out).
 
-:func:`read_dist_env` reads torchrun's variables or maps Slurm's or OpenMPI's onto them
-(:func:`slurm_to_torch`, :func:`mpi_to_torch`); every mistake raises :class:`DistEnvError`
-with one line naming the variable, its value and the fix. See docs/launching.md: 'The
-variables' (with a worked example), 'How a missing LOCAL_RANK is derived', and 'The five
-ways', items 4 (Slurm's variables) and 6 (mpirun).
+:func:`read_dist_env` reads torch's variables, which each way of starting a job
+(:mod:`.ways`) maps its own onto; every mistake raises :class:`DistEnvError` with one line
+naming the variable, its value and the fix. See docs/launching.md: 'The variables' and 'The
+six ways'.
 """
-import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Tuple
 
-from ..errors import UserError
+from . import ways
+from .variables import DistEnvError, int_var
 
 LOOPBACK = ('127.', 'localhost', '::1')
-
-
-class DistEnvError(UserError, ValueError):
-    """A launcher variable is missing, malformed or inconsistent (one line: what and fix)."""
 
 
 @dataclass(frozen=True)
@@ -75,146 +70,19 @@ class DistEnv:
         return {k: str(v) for k, v in env.items()}
 
 
-def _int(environ: Mapping[str, str], name: str, fix: str) -> Optional[int]:
-    raw = environ.get(name)
-    if raw is None or raw == '':
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise DistEnvError(f'{name}={raw!r} is not an integer: {fix}') from None
-
-
 def detect_launcher(environ: Mapping[str, str]) -> str:
-    """'pytorch' when RANK or WORLD_SIZE is set; 'slurm' inside a multi-task ``srun`` step;
-    'mpi' in a process of a multi-process ``mpirun``; else 'none'."""
-    if 'RANK' in environ or 'WORLD_SIZE' in environ:
-        return 'pytorch'
-    try:
-        if int(environ.get('SLURM_STEP_NUM_TASKS', '1')) > 1 and 'SLURM_PROCID' in environ:
-            return 'slurm'
-        if int(environ.get('OMPI_COMM_WORLD_SIZE', '1')) > 1:
-            return 'mpi'
-    except ValueError:
-        pass
-    return 'none'
-
-
-def first_slurm_host(nodelist: str) -> str:
-    """First host of a Slurm node list: ``'node[03-05,9],gpu1'`` → ``'node03'``."""
-    depth, end = 0, len(nodelist)
-    for i, ch in enumerate(nodelist):
-        depth += {'[': 1, ']': -1}.get(ch, 0)
-        if ch == ',' and depth == 0:
-            end = i
-            break
-    first = nodelist[:end].strip()
-    m = re.fullmatch(r'([^\[\]]*)\[([^\]]+)\](.*)', first)
-    if m:
-        start = re.split(r'[-,]', m.group(2))[0]
-        first = f'{m.group(1)}{start}{m.group(3)}'
-    if not first or '[' in first or ']' in first:
-        raise DistEnvError(f'SLURM_NODELIST={nodelist!r} cannot be parsed: set MASTER_ADDR '
-                           'to the host of rank 0')
-    return first
-
-
-JOB_PORT_BASE = 20000  # MASTER_PORT from a scheduler's job id: 20000 + id % 10000
-
-
-def job_port(job_id: str) -> str:
-    """``MASTER_PORT`` derived from a job id (Slurm's, mpirun's): two jobs sharing a host do
-    not clash."""
-    return str(JOB_PORT_BASE + int(job_id) % 10000)
-
-
-def _copied(environ: Mapping[str, str], pairs, launcher: str, fix: str) -> dict:
-    """``{torch's name: value}`` of a launcher's variables ``(its name, torch's name)``; a
-    missing one raises with its name, the launcher and ``fix``."""
-    out = {}
-    for src, dst in pairs:
-        if environ.get(src, '') == '':
-            raise DistEnvError(f'{src} is not set, but --launcher {launcher} needs it: {fix}')
-        out[dst] = environ[src]
-    return out
-
-
-def slurm_to_torch(environ: Mapping[str, str], master_addr: Optional[str] = None) -> dict:
-    """Map a Slurm task's variables onto torchrun's (RANK, WORLD_SIZE, LOCAL_RANK, ...).
-
-    Args:
-        environ: the task's environment.
-        master_addr: the address of the first node of the step, as Slurm reaches it
-            (``NodeAddr``); None: that node's name. ``MASTER_ADDR`` in ``environ`` wins.
-    """
-    fix = 'run the command under srun, e.g. srun -N1 -n2 python tools/dist_train.py CONFIG ' \
-          '--launcher slurm (or use tools/slurm_train.sh)'
-    out = _copied(environ, (('SLURM_PROCID', 'RANK'), ('SLURM_NTASKS', 'WORLD_SIZE'),
-                            ('SLURM_LOCALID', 'LOCAL_RANK')), 'slurm', fix)
-    nnodes = environ.get('SLURM_NNODES') or environ.get('SLURM_JOB_NUM_NODES') or '1'
-    world = _int(out, 'WORLD_SIZE', fix) or 1
-    nn = _int({'SLURM_NNODES': nnodes}, 'SLURM_NNODES', fix) or 1
-    out['GROUP_RANK'] = environ.get('SLURM_NODEID', '0')
-    out['GROUP_WORLD_SIZE'] = str(nn)
-    if world % nn == 0:
-        out['LOCAL_WORLD_SIZE'] = str(world // nn)
-    nodelist = environ.get('SLURM_STEP_NODELIST') or environ.get('SLURM_NODELIST')
-    if environ.get('MASTER_ADDR'):
-        out['MASTER_ADDR'] = environ['MASTER_ADDR']
-    elif master_addr:
-        out['MASTER_ADDR'] = master_addr
-    elif nodelist:
-        out['MASTER_ADDR'] = first_slurm_host(nodelist)
-    if environ.get('MASTER_PORT'):
-        out['MASTER_PORT'] = environ['MASTER_PORT']
-    elif environ.get('SLURM_JOB_ID', '').isdigit():
-        out['MASTER_PORT'] = job_port(environ['SLURM_JOB_ID'])
-    return out
-
-
-def mpi_to_torch(environ: Mapping[str, str]) -> dict:
-    """Map an OpenMPI process's variables (``mpirun -np N``) onto torchrun's.
-
-    ``OMPI_COMM_WORLD_RANK``/``_SIZE``/``_LOCAL_RANK``/``_LOCAL_SIZE`` give RANK, WORLD_SIZE,
-    LOCAL_RANK and LOCAL_WORLD_SIZE, the node is RANK // LOCAL_WORLD_SIZE. ``MASTER_ADDR``
-    set by you wins; on one node it is 127.0.0.1, on several it must be set (``mpirun -x
-    MASTER_ADDR=<host of rank 0>``: OpenMPI does not tell a process where rank 0 runs).
-    ``MASTER_PORT`` set by you wins, else ``20000 + job id % 10000`` (two jobs on one host do
-    not clash).
-    """
-    fix = ('start the processes with mpirun, e.g. mpirun -np 2 python tools/dist_train.py '
-           'CONFIG --launcher mpi')
-    out = _copied(environ,
-                  (('OMPI_COMM_WORLD_RANK', 'RANK'), ('OMPI_COMM_WORLD_SIZE', 'WORLD_SIZE'),
-                   ('OMPI_COMM_WORLD_LOCAL_RANK', 'LOCAL_RANK'),
-                   ('OMPI_COMM_WORLD_LOCAL_SIZE', 'LOCAL_WORLD_SIZE')), 'mpi', fix)
-    rank, world = _int(out, 'RANK', fix), _int(out, 'WORLD_SIZE', fix)
-    local_size = _int(out, 'LOCAL_WORLD_SIZE', fix)
-    if local_size and world and world % local_size == 0:
-        out['GROUP_RANK'] = str(rank // local_size)
-        out['GROUP_WORLD_SIZE'] = str(world // local_size)
-    if environ.get('MASTER_ADDR'):
-        out['MASTER_ADDR'] = environ['MASTER_ADDR']
-    elif local_size == world:
-        out['MASTER_ADDR'] = '127.0.0.1'
-    else:
-        raise DistEnvError(
-            f'MASTER_ADDR is not set and the mpirun job spans several hosts '
-            f'(OMPI_COMM_WORLD_SIZE={world}, OMPI_COMM_WORLD_LOCAL_SIZE={local_size}): pass the '
-            'address of the host of rank 0 to every process, mpirun -x MASTER_ADDR=<host> ...')
-    if environ.get('MASTER_PORT'):
-        out['MASTER_PORT'] = environ['MASTER_PORT']
-    elif environ.get('OMPI_MCA_ess_base_jobid', '').isdigit():
-        out['MASTER_PORT'] = job_port(environ['OMPI_MCA_ess_base_jobid'])
-    return out
+    """The ``launcher`` of the first way whose variables ``environ`` holds (:mod:`.ways`, in
+    their order), else 'none'."""
+    way = ways.detect(environ)
+    return way.NAME if way is not None else 'none'
 
 
 def _local_rank(env: Mapping[str, str], rank: int, world: int,
                 num_gpus: int) -> Tuple[int, int, str]:
     """(local_rank, local_world_size, source) from LOCAL_RANK or derived from RANK."""
     fix = 'set it to the index of this process on its node (0 for the first)'
-    local = _int(env, 'LOCAL_RANK', fix)
-    lws = _int(env, 'LOCAL_WORLD_SIZE', 'set it to the number of processes on this node')
+    local = int_var(env, 'LOCAL_RANK', fix)
+    lws = int_var(env, 'LOCAL_WORLD_SIZE', 'set it to the number of processes on this node')
     if lws is not None and lws < 1:
         raise DistEnvError(f'LOCAL_WORLD_SIZE={lws} must be at least 1')
     if lws is not None and 0 < num_gpus < lws:  # every rank of the node says it, rank 0 too
@@ -243,15 +111,16 @@ def _local_rank(env: Mapping[str, str], rank: int, world: int,
 
 
 def read_dist_env(environ: Mapping[str, str], launcher: Optional[str] = None, num_gpus: int = 0,
-                  slurm_master_addr: Optional[str] = None) -> DistEnv:
+                  asked: Optional[Mapping[str, str]] = None) -> DistEnv:
     """Validate the launcher variables and return where this process sits.
 
     Args:
         environ: usually ``os.environ``.
-        launcher: 'none', 'pytorch', 'slurm' or 'mpi'; None detects it (:func:`detect_launcher`).
+        launcher: 'none' or a way's ``NAME`` ('pytorch', 'slurm', 'mpi'); None detects it
+            (:func:`detect_launcher`).
         num_gpus: GPUs visible to this process (``torch.cuda.device_count()``; 0 on CPU).
-        slurm_master_addr: under Slurm, the address of the step's first node (see
-            :func:`slurm_to_torch`).
+        asked: what the way's scheduler said (its ``ask``: under Slurm the address of the
+            step's first node); None: nothing asked.
 
     Raises:
         DistEnvError: one line naming the variable, its value and the fix.
@@ -259,19 +128,19 @@ def read_dist_env(environ: Mapping[str, str], launcher: Optional[str] = None, nu
     launcher = launcher or detect_launcher(environ)
     if launcher == 'none':
         return DistEnv()
-    if launcher not in ('pytorch', 'slurm', 'mpi'):
-        raise DistEnvError(f'launcher={launcher!r} is not one of none, pytorch, slurm, mpi')
+    try:
+        way = ways.named(launcher, environ)
+    except KeyError:
+        raise DistEnvError(
+            f'launcher={launcher!r} is not one of {", ".join(ways.names())}') from None
     env = dict(environ)
-    if launcher == 'slurm':
-        env.update(slurm_to_torch(environ, slurm_master_addr))
-    elif launcher == 'mpi':
-        env.update(mpi_to_torch(environ))
+    env.update(way.to_torch(environ, asked or {}))
     return _read_torch_vars(env, launcher, num_gpus)
 
 
 def _read_torch_vars(env: Mapping[str, str], launcher: str, num_gpus: int) -> DistEnv:
-    rank = _int(env, 'RANK', 'set RANK to the global rank of this process (0 for the first)')
-    world = _int(env, 'WORLD_SIZE', 'set WORLD_SIZE to the total number of processes')
+    rank = int_var(env, 'RANK', 'set RANK to the global rank of this process (0 for the first)')
+    world = int_var(env, 'WORLD_SIZE', 'set WORLD_SIZE to the total number of processes')
     if rank is None and world is None:
         raise DistEnvError('--launcher pytorch, but RANK and WORLD_SIZE are not set: start with '
                            'torchrun --nproc_per_node=N tools/dist_train.py CONFIG, or set RANK, '
@@ -295,14 +164,14 @@ def _read_torch_vars(env: Mapping[str, str], launcher: str, num_gpus: int) -> Di
             f'(CUDA_VISIBLE_DEVICES={env.get("CUDA_VISIBLE_DEVICES")!r}): start at most '
             f'{num_gpus} processes per node (--nproc_per_node={num_gpus}) or make more GPUs '
             'visible')
-    node_rank = _int(env, 'GROUP_RANK', 'torchrun sets it to the node rank')
+    node_rank = int_var(env, 'GROUP_RANK', 'torchrun sets it to the node rank')
     if node_rank is None:
-        node_rank = _int(env, 'NODE_RANK', 'set NODE_RANK to the index of this node')
+        node_rank = int_var(env, 'NODE_RANK', 'set NODE_RANK to the index of this node')
     if node_rank is None:
         node_rank = rank // lws
-    nnodes = _int(env, 'GROUP_WORLD_SIZE', 'torchrun sets it to the number of nodes')
+    nnodes = int_var(env, 'GROUP_WORLD_SIZE', 'torchrun sets it to the number of nodes')
     if nnodes is None:
-        nnodes = _int(env, 'NNODES', 'set NNODES to the number of nodes')
+        nnodes = int_var(env, 'NNODES', 'set NNODES to the number of nodes')
     if nnodes is None:
         nnodes = max(1, -(-world // lws))
     addr, port = _master(env)

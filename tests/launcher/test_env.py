@@ -2,8 +2,8 @@
 import pytest
 
 from mmddp_ext.launcher.env import (OMP_UNSET_ENV, DistEnvError, choose_backend, detect_launcher,
-                                    first_slurm_host, read_dist_env, slurm_to_torch,
-                                    threads_per_process)
+                                    read_dist_env, threads_per_process)
+from mmddp_ext.launcher.ways import slurm
 
 MASTER = dict(MASTER_ADDR='127.0.0.1', MASTER_PORT='29500')
 
@@ -120,17 +120,18 @@ def test_slurm_mapping():
 @pytest.mark.parametrize(
     'extra, resolved, master',
     [
-        ({}, '10.0.0.7', '10.0.0.7'),  # the NodeAddr Slurm gave (mmddp_ext.launcher.slurm)
+        ({}, '10.0.0.7', '10.0.0.7'),  # the NodeAddr Slurm gave (mmddp_ext.launcher.ways.slurm)
         ({}, None, 'gpu-node07'),  # scontrol could not say: the node's name
         (dict(MASTER_ADDR='10.1.2.3'), '10.0.0.7', '10.1.2.3'),  # the user's choice wins
     ])
 def test_slurm_master_addr_is_the_address_slurm_gives(extra, resolved, master):
-    env = read_dist_env(dict(SLURM_TASK, **extra), num_gpus=2, slurm_master_addr=resolved)
+    env = read_dist_env(
+        dict(SLURM_TASK, **extra), num_gpus=2, asked={'master_addr': resolved} if resolved else {})
     assert env.master_addr == master
 
 
 def test_slurm_explicit_master_wins_and_missing_var_is_named():
-    out = slurm_to_torch(dict(SLURM_TASK, MASTER_ADDR='10.1.2.3', MASTER_PORT='29501'))
+    out = slurm.to_torch(dict(SLURM_TASK, MASTER_ADDR='10.1.2.3', MASTER_PORT='29501'), {})
     assert (out['MASTER_ADDR'], out['MASTER_PORT']) == ('10.1.2.3', '29501')
     broken = {k: v for k, v in SLURM_TASK.items() if k != 'SLURM_LOCALID'}
     with pytest.raises(DistEnvError, match='SLURM_LOCALID is not set.*srun'):
@@ -146,12 +147,12 @@ def test_slurm_explicit_master_wins_and_missing_var_is_named():
     ('rack[2-3]-ib', 'rack2-ib'),
 ])
 def test_first_slurm_host(nodelist, host):
-    assert first_slurm_host(nodelist) == host
+    assert slurm.first_host(nodelist) == host
 
 
 def test_unparsable_nodelist():
     with pytest.raises(DistEnvError, match="SLURM_NODELIST='\\[' .*MASTER_ADDR"):
-        first_slurm_host('[')
+        slurm.first_host('[')
 
 
 @pytest.mark.parametrize('requested, cuda, backend, warns', [(None, True, 'nccl', False),

@@ -9,6 +9,7 @@ import pytest
 
 from mmddp_ext.launcher import layout
 from mmddp_ext.launcher.env import read_dist_env
+from mmddp_ext.launcher.ways import slurm
 
 from tests.launcher.test_env import MPI_PROCESS, SLURM_TASK
 
@@ -27,7 +28,7 @@ def slurm_asked(monkeypatch):
         calls.append(dict(environ))
         return '10.0.0.7'
 
-    monkeypatch.setattr(layout.slurm, 'master_addr', master_addr)
+    monkeypatch.setattr(slurm, 'master_addr', master_addr)
     return calls
 
 
@@ -75,7 +76,7 @@ def _early_local_rank():
 @pytest.mark.parametrize('launcher, environ', [('pytorch', TORCHRUN), ('slurm', SLURM_TASK),
                                                ('mpi', dict(MPI_PROCESS, MASTER_ADDR='10.0.0.1'))])
 def test_the_early_pin_picks_the_local_rank_the_reader_reads(launcher, environ):
-    read = read_dist_env(environ, launcher, num_gpus=2, slurm_master_addr='10.0.0.7')
+    read = read_dist_env(environ, launcher, num_gpus=2, asked={'master_addr': '10.0.0.7'})
     assert _early_local_rank()(environ) == read.local_rank == 1
 
 

@@ -1,9 +1,9 @@
-"""launcher/slurm: what only Slurm knows, asked of ``scontrol``. Here without a running cluster
+"""launcher/ways/slurm: what only Slurm knows, asked of ``scontrol``. Here without a running cluster
 (an empty PATH: no scontrol): every question has a safe answer and the requeue says why it did
 not happen. The same calls against the suite's real local cluster: tests/slurm/."""
 import pytest
 
-from mmddp_ext.launcher import slurm
+from mmddp_ext.launcher.ways import slurm
 
 NODE_LINE = ('NodeName=gpu-node07 Arch=x86_64 CoresPerSocket=16 CPUAlloc=0 NodeAddr=10.0.0.7 '
              'NodeHostName=gpu-node07 Version=22.05.8 OS=Linux State=IDLE')
