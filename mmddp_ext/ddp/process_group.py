@@ -13,12 +13,27 @@ from typing import List, Optional, Tuple
 import torch.distributed as dist
 
 from ..gpu import gpus
-from ..launcher.env import DistEnv, choose_backend
+from ..launcher.env import DistEnv
 from ..launcher.layout import read_launch_env
 from ..launcher.rendezvous import is_loopback
 from ..launcher.rendezvous import log as _log
 from ..launcher.rendezvous import pin_loopback_interfaces
 from ..launcher.store import agent_store, rendezvous_store, rendezvous_timeout
+
+
+def choose_backend(requested: Optional[str], cuda_available: bool) -> Tuple[str, Optional[str]]:
+    """The process-group backend: nccl with CUDA, gloo without; a config's request wins unless
+    it asks for nccl where there is no GPU (MMPose's base configs always say nccl).
+
+    Returns:
+        (backend, warning or None).
+    """
+    if requested is None:
+        return ('nccl' if cuda_available else 'gloo'), None
+    if requested == 'nccl' and not cuda_available:
+        return 'gloo', ("env_cfg.dist_cfg.backend='nccl' needs CUDA GPUs and none is "
+                        "available: using 'gloo'")
+    return requested, None
 
 
 def pin_device(local_rank: int) -> Optional[int]:

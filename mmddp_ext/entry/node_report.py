@@ -7,10 +7,10 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 
-from ..launcher.env import threads_per_process
 from ..node.facts import node_facts
 from ..node.limits import NodeLoad, node_figures
 from ..node.measure import measure_loading, training_batchnorms
+from ..node.threads import threads_per_process
 from ..utils.units import format_bytes
 
 MEMORY = ('host memory', 'shared memory')
@@ -20,7 +20,7 @@ def threads_per_rank(environ: Mapping[str, str], ranks_per_node: int, world_size
                      cores: Optional[int], workers: int, torch_threads: int) -> int:
     """The intra-op threads each rank will compute with, as ``tools/dist_train.py`` sets them:
     ``OMP_NUM_THREADS`` where the user set it; else, with several ranks, the node's cores
-    shared, less one per worker (:func:`~mmddp_ext.launcher.env.threads_per_process`); else
+    shared, less one per worker (:func:`~mmddp_ext.node.threads.threads_per_process`); else
     (one process) torch's own count."""
     shared = threads_per_process(environ, ranks_per_node, cores, workers)
     if shared is None:

@@ -31,12 +31,13 @@ from ..errors import UserError
 from ..gpu import gpus
 from ..hooks.memory_hook import RankMemoryHook
 from ..hooks.preemption_hook import STOPPED_EXIT_CODE, PreemptionHook, TrainingStopped
-from ..launcher.env import DistEnv, read_dist_env, threads_per_process
+from ..launcher.env import DistEnv, read_dist_env
 from ..launcher.layout import read_launch_env
 from ..memory.budget import held_bytes
 from ..memory.forecast import parse_size
 from ..memory.stats import MemoryReader
 from ..node.facts import cpus
+from ..node.threads import threads_per_process
 from ..runner.ddp_runner import applies_plan, runner_class
 from ..runner.teardown import let_go_of_loaders
 from ..scaling.apply import CheckedScaling, check_scaling
@@ -58,14 +59,13 @@ def share_cores(env: DistEnv, cfg: Config) -> List[str]:
     ``OMP_NUM_THREADS`` set and leaves it."""
     workers = int((cfg.get('train_dataloader') or {}).get('num_workers', 0) or 0)
     cores = cpus()
-    threads = threads_per_process(os.environ, env.local_world_size, cores, workers, env.launcher)
+    threads = threads_per_process(os.environ, env.local_world_size, cores, workers, env.task_cpus)
     if not env.distributed or threads is None:
         return []
     os.environ['OMP_NUM_THREADS'] = str(threads)  # for processes started later
     torch.set_num_threads(threads)
     each = f', less its {workers} DataLoader worker(s)' if workers else ''
-    task = os.environ.get('SLURM_CPUS_PER_TASK', '')
-    shared = (f'{task} CPUs of its Slurm task' if env.launcher == 'slurm' and task.isdigit() else
+    shared = (f'{env.task_cpus} CPUs of {env.task_cpus_of}' if env.task_cpus else
               f'{cores} cores shared by {env.local_world_size} processes on this node')
     return [
         f'threads per process: {threads} ({shared}{each}; OMP_NUM_THREADS was not set; set it '

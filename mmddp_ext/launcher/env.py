@@ -5,6 +5,7 @@
 naming the variable, its value and the fix. See docs/launching.md: 'The variables' and 'The
 six ways'.
 """
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Tuple
 
@@ -31,6 +32,9 @@ class DistEnv:
         local_rank_source: where local_rank came from, for the launch log.
         under_torchrun: the process was started by torchrun / torch.distributed.elastic, which
             hosts the rendezvous store itself.
+        task_cpus: the CPUs the scheduler gave this process (Slurm's ``--cpus-per-task``);
+            None: the node's cores, shared by its ranks.
+        task_cpus_of: what gave them, for the log ('its Slurm task').
         warnings: things that look wrong but may be intended.
     """
 
@@ -45,6 +49,8 @@ class DistEnv:
     master_port: Optional[int] = None
     local_rank_source: str = 'single process'
     under_torchrun: bool = False
+    task_cpus: Optional[int] = None
+    task_cpus_of: str = ''
     warnings: Tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -135,7 +141,11 @@ def read_dist_env(environ: Mapping[str, str], launcher: Optional[str] = None, nu
             f'launcher={launcher!r} is not one of {", ".join(ways.names())}') from None
     env = dict(environ)
     env.update(way.to_torch(environ, asked or {}))
-    return _read_torch_vars(env, launcher, num_gpus)
+    cpus = way.task_cpus(environ)
+    env_read = _read_torch_vars(env, launcher, num_gpus)
+    if cpus is None:
+        return env_read
+    return dataclasses.replace(env_read, task_cpus=cpus, task_cpus_of=way.TASK_CPUS_OF)
 
 
 def _read_torch_vars(env: Mapping[str, str], launcher: str, num_gpus: int) -> DistEnv:
@@ -199,55 +209,3 @@ def _master(env: Mapping[str, str]) -> Tuple[str, int]:
         raise DistEnvError(f'MASTER_PORT={raw!r} is not a TCP port number (1-65535): e.g. '
                            'MASTER_PORT=29500')
     return addr, int(raw)
-
-
-def choose_backend(requested: Optional[str], cuda_available: bool) -> Tuple[str, Optional[str]]:
-    """The process-group backend: nccl with CUDA, gloo without; a config's request wins unless
-    it asks for nccl where there is no GPU (MMPose's base configs always say nccl).
-
-    Returns:
-        (backend, warning or None).
-    """
-    if requested is None:
-        return ('nccl' if cuda_available else 'gloo'), None
-    if requested == 'nccl' and not cuda_available:
-        return 'gloo', ("env_cfg.dist_cfg.backend='nccl' needs CUDA GPUs and none is "
-                        "available: using 'gloo'")
-    return requested, None
-
-
-# set by dist_train.sh's torchrun front where the user's environment has no OMP_NUM_THREADS:
-# torchrun then sets 1 for its workers, which is no choice of the user's
-OMP_UNSET_ENV = 'MMDDP_OMP_UNSET'
-
-
-def threads_per_process(environ: Mapping[str, str], local_world_size: int, cpu_count: Optional[int],
-                        workers: int = 0, launcher: str = 'pytorch') -> Optional[int]:
-    """Intra-op threads for each of ``local_world_size`` processes on a host with ``cpu_count``
-    cores and ``workers`` busy DataLoader workers per process, or None when the user chose
-    (``OMP_NUM_THREADS`` set and not empty, and not torchrun's default: :data:`OMP_UNSET_ENV`).
-
-    Processes started by hand or by :func:`mmddp_ext.launch` would otherwise each start one thread
-    per core and oversubscribe the cores; torchrun sets ``OMP_NUM_THREADS=1`` for several processes
-    per node, which leaves cores idle on a larger node. The cores are shared, and each worker takes
-    one: ``cpu_count // local_world_size - workers``, at least 1. A rank that srun started as a task
-    of its own (``launcher='slurm'``) has its task's CPUs instead, where Slurm says how many
-    (``SLURM_CPUS_PER_TASK``, ``--cpus-per-task``; tools/slurm_train.sh asks 5):
-    ``min(cpu_count, SLURM_CPUS_PER_TASK) - workers``.
-
-    >>> threads_per_process({}, 2, 16), threads_per_process({}, 2, 16, workers=2)
-    (8, 6)
-    >>> threads_per_process({'OMP_NUM_THREADS': '4'}, 2, 16)  # the user's
-    >>> threads_per_process({'OMP_NUM_THREADS': '1', OMP_UNSET_ENV: '1'}, 2, 16)  # torchrun's
-    8
-    >>> threads_per_process({'SLURM_CPUS_PER_TASK': '5'}, 8, 64, workers=2, launcher='slurm')
-    3
-    """
-    if environ.get('OMP_NUM_THREADS') and environ.get(OMP_UNSET_ENV) != '1':
-        return None
-    task = environ.get('SLURM_CPUS_PER_TASK', '')
-    if launcher == 'slurm' and task.isdigit() and int(task) > 0:  # the task's own CPUs
-        share = min(int(task), cpu_count or int(task))
-    else:
-        share = (cpu_count or 1) // max(1, local_world_size)
-    return max(1, share - max(0, workers))

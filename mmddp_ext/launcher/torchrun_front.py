@@ -55,7 +55,7 @@ TORCHRUN_SIGNALS = 'SIGINT,SIGHUP,SIGQUIT'
 # Set here once a stop signal was sent on; a worker that torchrun restarts (MAX_RESTARTS) after
 # the stop inherits it, and tools/dist_train.py then exits with STOPPED before training again
 STOP_REQUESTED_ENV = 'MMDDP_STOP_REQUESTED'
-# launcher/env.py's OMP_UNSET_ENV (this script imports no module of the package that imports):
+# node/threads.py's OMP_UNSET_ENV (this script imports no module of the package that imports):
 # the user's environment had no OMP_NUM_THREADS, so the 1 torchrun sets is no choice, and each
 # rank shares the node's cores instead (tools/dist_train.py)
 OMP_UNSET_ENV = 'MMDDP_OMP_UNSET'

@@ -4,7 +4,7 @@ import os
 import pytest
 import torch.distributed as dist
 
-from mmddp_ext.ddp.process_group import ensure_process_group
+from mmddp_ext.ddp.process_group import choose_backend, ensure_process_group
 from mmddp_ext.launcher.env import read_dist_env
 from mmddp_ext.launcher.rendezvous import find_free_port
 
@@ -56,3 +56,13 @@ def _no_group_or_variable_left():
     os.environ.clear()
     os.environ.update(saved)
     assert not dist.is_initialized()
+
+
+@pytest.mark.parametrize('requested, cuda, backend, warns', [(None, True, 'nccl', False),
+                                                             (None, False, 'gloo', False),
+                                                             ('nccl', False, 'gloo', True),
+                                                             ('nccl', True, 'nccl', False),
+                                                             ('gloo', True, 'gloo', False)])
+def test_choose_backend(requested, cuda, backend, warns):
+    got, warning = choose_backend(requested, cuda)
+    assert got == backend and bool(warning) == warns

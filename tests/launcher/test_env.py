@@ -1,8 +1,7 @@
 """The launcher-environment reader: one clear error per mistake, torchrun's formulas."""
 import pytest
 
-from mmddp_ext.launcher.env import (OMP_UNSET_ENV, DistEnvError, choose_backend, detect_launcher,
-                                    read_dist_env, threads_per_process)
+from mmddp_ext.launcher.env import DistEnvError, detect_launcher, read_dist_env
 from mmddp_ext.launcher.ways import slurm
 
 MASTER = dict(MASTER_ADDR='127.0.0.1', MASTER_PORT='29500')
@@ -155,65 +154,19 @@ def test_unparsable_nodelist():
         slurm.first_host('[')
 
 
-@pytest.mark.parametrize('requested, cuda, backend, warns', [(None, True, 'nccl', False),
-                                                             (None, False, 'gloo', False),
-                                                             ('nccl', False, 'gloo', True),
-                                                             ('nccl', True, 'nccl', False),
-                                                             ('gloo', True, 'gloo', False)])
-def test_choose_backend(requested, cuda, backend, warns):
-    got, warning = choose_backend(requested, cuda)
-    assert got == backend and bool(warning) == warns
-
-
-@pytest.mark.parametrize(
-    'environ, local_world, cores, expected',
-    [
-        ({}, 2, 2, 1),
-        ({}, 2, 16, 8),
-        ({}, 4, 2, 1),  # never below one
-        ({}, 1, None, 1),  # cpu_count unknown
-        ({
-            'OMP_NUM_THREADS': '3'
-        }, 2, 16, None),  # the user chose
-        ({
-            'OMP_NUM_THREADS': ''
-        }, 2, 16, 8),  # empty: not chosen
-        ({
-            'OMP_NUM_THREADS': '1',
-            OMP_UNSET_ENV: '1'
-        }, 2, 16, 8),  # torchrun's default under dist_train.sh: not chosen
-    ])
-def test_threads_per_process(environ, local_world, cores, expected):
-    assert threads_per_process(environ, local_world, cores) == expected
-
-
-@pytest.mark.parametrize(
-    'local_world, cores, workers, expected',
-    [
-        (2, 16, 2, 6),  # 8 cores per rank, 2 of them for its workers
-        (8, 64, 4, 4),
-        (2, 2, 2, 1),  # never below one
-    ])
-def test_each_worker_takes_a_core(local_world, cores, workers, expected):
-    assert threads_per_process({}, local_world, cores, workers) == expected
-
-
-@pytest.mark.parametrize(
-    'launcher, per_task, cores, workers, expected',
-    [
-        ('slurm', '5', 64, 2, 3),  # slurm_train.sh's 5 CPUs per task, whatever the node has
-        ('slurm', '5', 4, 0, 4),  # never more than the task may run on
-        ('slurm', '', 64, 2, 6),  # no --cpus-per-task: the node's cores, shared by 8
-        ('pytorch', '5', 64, 2, 6),  # torchrun inside one Slurm task: its ranks share the task
-    ])
-def test_a_slurm_task_has_its_own_cpus(launcher, per_task, cores, workers, expected):
-    environ = {'SLURM_CPUS_PER_TASK': per_task}
-    assert threads_per_process(environ, 8, cores, workers, launcher) == expected
-
-
 def test_the_fronts_marker_is_the_one_the_ranks_read():
     from mmddp_ext.launcher import torchrun_front
+    from mmddp_ext.node.threads import OMP_UNSET_ENV
     assert torchrun_front.OMP_UNSET_ENV == OMP_UNSET_ENV
+
+
+def test_a_slurm_task_says_how_many_cpus_it_has():
+    env = read_dist_env(dict(SLURM_TASK, SLURM_CPUS_PER_TASK='5'), num_gpus=2)
+    assert (env.task_cpus, env.task_cpus_of) == (5, 'its Slurm task')
+    assert read_dist_env(SLURM_TASK, num_gpus=2).task_cpus is None  # no --cpus-per-task
+    torchrun_in_a_task = dict(MASTER, RANK='0', WORLD_SIZE='2', TORCHELASTIC_RUN_ID='x',
+                              SLURM_CPUS_PER_TASK='5')
+    assert read_dist_env(torchrun_in_a_task).task_cpus is None  # its ranks share the task
 
 
 # OpenMPI's variables, as `mpirun -np 4` on 2 hosts sets them for the second process of host 1

@@ -6,7 +6,8 @@ PyTorchJob runs ``dist_train.sh`` in each pod (:mod:`.kubeflow`, read by its fro
 Each module holds everything about its way: ``NAME`` (MMEngine's ``launcher`` value),
 ``detect(environ)``, ``ask(environ)`` (what only the scheduler's own tools say), the pure
 ``to_torch(environ, asked)`` (its variables as torch's: ``RANK``, ``WORLD_SIZE``,
-``LOCAL_RANK``, ``MASTER_*``, ...) and ``task_cpus(environ)`` (the CPUs it gave this process).
+``LOCAL_RANK``, ``MASTER_*``, ...) and ``task_cpus(environ)`` (the CPUs it gave this process,
+named by ``TASK_CPUS_OF`` where it gives any).
 Adding a scheduler is one module and one entry in :data:`WAYS`.
 """
 from types import ModuleType

@@ -18,6 +18,7 @@ from typing import List, Mapping, Optional, Tuple
 from ..variables import DistEnvError, copied, int_var, master_from
 
 NAME = 'slurm'
+TASK_CPUS_OF = 'its Slurm task'  # for the log's thread count
 
 
 def detect(environ: Mapping[str, str]) -> bool:
