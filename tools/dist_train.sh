@@ -37,41 +37,25 @@ fi
 CONFIG=$1
 GPUS=$2
 shift 2
-# Kubeflow's PyTorchJob gives each pod torchrun's PET_NNODES and PET_NODE_RANK (pods are the
-# nodes) and MASTER_ADDR/MASTER_PORT: read where NNODES, NODE_RANK and PORT are not set
-if [ -z "${NNODES:-}" ] && [ -n "${PET_NNODES:-}" ]; then
-  NNODES=$PET_NNODES
-  NODE_RANK=${NODE_RANK:-${PET_NODE_RANK:-0}}
-  echo "dist_train.sh: NNODES=$NNODES NODE_RANK=$NODE_RANK from PET_NNODES/PET_NODE_RANK (the job's operator, e.g. Kubeflow's PyTorchJob, set them)" >&2
-fi
-NNODES=${NNODES:-1}
-NODE_RANK=${NODE_RANK:-0}
-MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
-if [ "$NNODES" != 1 ] && [ -z "${PORT:-}" ] && [ -n "${MASTER_PORT:-}" ]; then
-  PORT=$MASTER_PORT  # several nodes meet at MASTER_ADDR:MASTER_PORT, as a job operator sets them
-fi
 MAX_RESTARTS=${MAX_RESTARTS:-0}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PYTHON=${PYTHON:-$HERE/py}  # tools/py: $PYTHON, else the active venv, else .venv, else python(3)
 
-for pair in "GPUS=$GPUS" "NNODES=$NNODES" "MAX_RESTARTS=$MAX_RESTARTS" "NODE_RANK=$NODE_RANK"; do
+for pair in "GPUS=$GPUS" "MAX_RESTARTS=$MAX_RESTARTS"; do
   value=${pair#*=}
-  if ! [[ "$value" =~ ^[0-9]+$ ]] || { [ "${pair%%=*}" != MAX_RESTARTS ] && [ "${pair%%=*}" != NODE_RANK ] && [ "$value" -lt 1 ]; }; then
-    echo "dist_train.sh: ${pair%%=*}='$value' must be a whole number (GPUS and NNODES at least 1)" >&2
+  if ! [[ "$value" =~ ^[0-9]+$ ]] || { [ "${pair%%=*}" = GPUS ] && [ "$value" -lt 1 ]; }; then
+    echo "dist_train.sh: ${pair%%=*}='$value' must be a whole number (GPUS at least 1)" >&2
     exit 2
   fi
 done
-if [ "$NODE_RANK" -ge "$NNODES" ]; then
-  echo "dist_train.sh: NODE_RANK=$NODE_RANK is out of range for NNODES=$NNODES (0..$((NNODES - 1)))" >&2
-  exit 2
-fi
 if [[ "$CONFIG" != *::* ]] && [ ! -f "$CONFIG" ]; then
   echo "dist_train.sh: config file '$CONFIG' does not exist" >&2
   exit 2
 fi
 
-# The front (mmddp_ext/launcher/torchrun_front.py) checks the rendezvous, then runs torchrun
-# in-process.
+# The front (mmddp_ext/launcher/torchrun_front.py) completes and checks the layout (NNODES,
+# NODE_RANK, MASTER_ADDR, PORT as given, a job operator's variables where they are unset: its
+# launcher/ways/kubeflow.py) and the rendezvous, then runs torchrun in-process.
 # It writes the failed workers as JSON to MMDDP_LAUNCH_REPORT, which the diagnosis reads.
 REPORT_DIR=$(mktemp -d "${TMPDIR:-/tmp}/mmddp_launch.XXXXXX") || exit 1
 trap 'rm -rf "$REPORT_DIR"' EXIT
@@ -84,8 +68,8 @@ rm -f "$MMDDP_LAUNCH_REPORT"  # a report left from an earlier run says nothing a
 . "$HERE/lib/forward_signals.sh"
 PYTHONPATH="$HERE/..${PYTHONPATH:+:$PYTHONPATH}" \
 run_forwarding_stop_signals TERM \
-"$PYTHON" "$HERE/../mmddp_ext/launcher/torchrun_front.py" --nnodes="$NNODES" --node-rank="$NODE_RANK" \
-  --master-addr="$MASTER_ADDR" ${PORT:+--master-port="$PORT"} --nproc_per_node="$GPUS" \
+"$PYTHON" "$HERE/../mmddp_ext/launcher/torchrun_front.py" --nnodes="${NNODES:-}" \
+  --node-rank="${NODE_RANK:-}" --master-addr="${MASTER_ADDR:-}" --master-port="${PORT:-}" --nproc_per_node="$GPUS" \
   --max-restarts="$MAX_RESTARTS" "$HERE/dist_train.py" "$CONFIG" "$@"
 rc=$?
 if [ "$rc" != 0 ] && [ "$rc" != 2 ] && [ "$rc" != 75 ]; then  # 2, 75: the front's line says why

@@ -36,12 +36,14 @@ if __package__:
     from ..utils.garbage_collector import settle_start_up
     from ..utils.io import atomic_write_text
     from . import rendezvous
+    from .ways import kubeflow
 else:  # a script: dist_train.sh
     atomic_write_text = _sibling('_mmddp_ext_io', os.path.join('..', 'utils',
                                                                'io.py')).atomic_write_text
     settle_start_up = _sibling('_mmddp_ext_garbage_collector',
                                os.path.join('..', 'utils', 'garbage_collector.py')).settle_start_up
     rendezvous = _sibling('_mmddp_ext_rendezvous', 'rendezvous.py')
+    kubeflow = _sibling('_mmddp_ext_kubeflow', os.path.join('ways', 'kubeflow.py'))
 
 log = rendezvous.log
 REPORT_ENV = 'MMDDP_LAUNCH_REPORT'
@@ -148,37 +150,32 @@ _OPTIONS = {
 }
 
 
-def split_args(argv: Sequence[str]) -> Tuple[dict, List[str]]:
-    """The front's leading ``--name=value`` options, and the rest (torchrun's)."""
-    opts = dict(nnodes='1', node_rank='0', master_addr='127.0.0.1', master_port=None)
+def split_args(argv: Sequence[str], environ: Optional[dict] = None) -> Tuple[dict, List[str]]:
+    """The front's leading ``--name=value`` options (``dist_train.sh`` passes its ``NNODES``,
+    ``NODE_RANK``, ``MASTER_ADDR`` and ``PORT`` as they are, empty where unset), completed from
+    a job operator's variables (:func:`~mmddp_ext.launcher.ways.kubeflow.node_layout`) and the
+    defaults, and the rest (torchrun's). ``ValueError``: one line naming the bad value."""
+    opts = dict(nnodes='', node_rank='', master_addr='', master_port='')
     rest = list(argv)
     while rest and rest[0].split('=', 1)[0] in _OPTIONS and '=' in rest[0]:
         name, value = rest.pop(0).split('=', 1)
         opts[_OPTIONS[name]] = value
-    for key in ('nnodes', 'node_rank', 'master_port'):
+    nnodes, node_rank, port, note = kubeflow.node_layout(os.environ if environ is None else environ,
+                                                         opts['nnodes'], opts['node_rank'],
+                                                         opts['master_port'])
+    if note:
+        log(note)
+    opts.update(nnodes=nnodes or '1', node_rank=node_rank or '0', master_port=port or None,
+                master_addr=opts['master_addr'] or '127.0.0.1')
+    for key, env in (('nnodes', 'NNODES'), ('node_rank', 'NODE_RANK'), ('master_port', 'PORT')):
         if opts[key] is not None and not opts[key].isdigit():
-            raise ValueError(f'--{key.replace("_", "-")}={opts[key]!r} must be a whole number')
+            raise ValueError(f'{env}={opts[key]!r} must be a whole number')
+    if int(opts['nnodes']) < 1:
+        raise ValueError(f'NNODES={opts["nnodes"]} must be at least 1')
+    if int(opts['node_rank']) >= int(opts['nnodes']):
+        raise ValueError(f'NODE_RANK={opts["node_rank"]} is out of range for NNODES='
+                         f'{opts["nnodes"]} (0..{int(opts["nnodes"]) - 1})')
     return opts, rest
-
-
-def operator_layout_error(environ: dict, nnodes: int, node_rank: int, nproc: int) -> Optional[str]:
-    """A job operator's ``WORLD_SIZE``/``RANK`` in the front's environment (Kubeflow's
-    PyTorchJob sets them per pod: the number of pods, or pods × processes per pod, and the pod's
-    index) that contradict the layout this node starts: the one line that says so, or None."""
-    world, rank = environ.get('WORLD_SIZE', ''), environ.get('RANK', '')
-    if not world.isdigit():
-        return None
-    fix = ('run dist_train.sh on every pod with NNODES=<number of pods> and NODE_RANK=<this '
-           "pod's index> (PyTorchJob's PET_NNODES and PET_NODE_RANK are read when set), or unset "
-           'WORLD_SIZE and RANK')
-    if int(world) not in (nnodes, nnodes * nproc):
-        return (f'WORLD_SIZE={world} is set in this environment (a job operator sets it, e.g. '
-                "Kubeflow's PyTorchJob: the number of pods, or pods × processes per pod), but "
-                f'this job has NNODES={nnodes} × {nproc} processes per node: {fix}')
-    if int(world) == nnodes and rank.isdigit() and int(rank) != node_rank:
-        return (f"RANK={rank} is set in this environment (a job operator's index of this pod) "
-                f'but NODE_RANK={node_rank}: {fix}')
-    return None
 
 
 def _nproc(rest: Sequence[str]) -> int:
@@ -230,7 +227,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     join), STOPPED (every worker stopped on a signal after saving)."""
     try:
         opts, rest = split_args(sys.argv[1:] if argv is None else argv)
-        mixed = operator_layout_error(
+        mixed = kubeflow.layout_error(
             dict(os.environ), int(opts['nnodes']), int(opts['node_rank']), _nproc(rest))
         if mixed:
             raise ValueError(mixed)

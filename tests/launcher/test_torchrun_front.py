@@ -3,6 +3,7 @@ records (:mod:`mmddp_ext.launcher.torchrun_front`), in-process: who holds a port
 gloo/NCCL to the loopback interface, waiting with progress lines, torchrun's failures as
 records and one line. The front run for real is in ``test_rendezvous.py``."""
 import os
+import re
 import socket
 
 import psutil
@@ -99,12 +100,50 @@ def test_wait_for_listener_names_why_nothing_answered():
         (dict(WORLD_SIZE='2', RANK='1'), 2, 0, 1, 'RANK=1 is set in this environment'),
     ])
 def test_operator_layout_error(environ, nnodes, node_rank, nproc, wrong):
-    from mmddp_ext.launcher.torchrun_front import operator_layout_error
-    line = operator_layout_error(environ, nnodes, node_rank, nproc)
+    from mmddp_ext.launcher.ways import kubeflow
+    line = kubeflow.layout_error(environ, nnodes, node_rank, nproc)
     if wrong is None:
         assert line is None
     else:
         assert wrong in line and 'NNODES=<number of pods>' in line and 'PET_NNODES' in line
+
+
+@pytest.mark.parametrize(
+    'environ, given, expected, noted',
+    [
+        ({}, ('', '', ''), ('', '', ''), False),  # dist_train.sh's defaults follow
+        (dict(PET_NNODES='2', PET_NODE_RANK='1', MASTER_PORT='23456'), ('', '', ''),
+         ('2', '1', '23456'), True),  # a PyTorchJob pod
+        (dict(PET_NNODES='2', PET_NODE_RANK='1'), ('4', '3', ''), ('4', '3', ''), False),  # yours
+        (dict(MASTER_PORT='23456'), ('2', '0', ''), ('2', '0', '23456'), False),  # operator's port
+        (dict(MASTER_PORT='23456'), ('1', '0', ''), ('1', '0', ''), False),  # one node: a free one
+    ])
+def test_the_operators_layout_fills_what_the_user_left_unset(environ, given, expected, noted):
+    from mmddp_ext.launcher.ways import kubeflow
+    *got, note = kubeflow.node_layout(environ, *given)
+    assert tuple(got) == expected and bool(note) == noted
+
+
+@pytest.mark.parametrize('given, line', [
+    (['--nnodes=two'], "NNODES='two' must be a whole number"),
+    (['--nnodes=0'], 'NNODES=0 must be at least 1'),
+    (['--nnodes=2', '--node-rank=2'], 'NODE_RANK=2 is out of range for NNODES=2 (0..1)'),
+    (['--master-port=x'], "PORT='x' must be a whole number"),
+])
+def test_a_bad_layout_is_one_line(given, line):
+    from mmddp_ext.launcher.torchrun_front import split_args
+    with pytest.raises(ValueError, match=re.escape(line)):
+        split_args(given, {})
+
+
+def test_the_front_fills_the_defaults():
+    from mmddp_ext.launcher.torchrun_front import split_args
+    opts, rest = split_args([
+        '--nnodes=', '--node-rank=', '--master-addr=', '--master-port=', '--nproc_per_node=2',
+        'train.py'
+    ], {})
+    assert opts == dict(nnodes='1', node_rank='0', master_addr='127.0.0.1', master_port=None)
+    assert rest == ['--nproc_per_node=2', 'train.py']
 
 
 def test_nproc_among_torchruns_arguments():
