@@ -10,6 +10,7 @@ import argparse
 import os
 from typing import List, Optional
 
+from ..launcher import ways
 from ..utils.config import add_work_dir_arguments
 
 
@@ -25,9 +26,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--auto-scale-lr', '--auto_scale_lr', action='store_true',
                    help='scale the LR by the batch size (auto_scale_lr.enable=True)')
     p.add_argument(
-        '--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default=None,
-        help='job launcher (default: pytorch when RANK/WORLD_SIZE are set, slurm '
-        'inside a multi-task srun step, mpi under a multi-process mpirun, else none)')
+        '--launcher', choices=ways.names(), default=None,
+        help='job launcher (default: detected, mmddp_ext/launcher/ways: pytorch under torchrun '
+        'or with RANK/WORLD_SIZE set, slurm inside a multi-task srun step, mpi under a '
+        'multi-process mpirun, else none)')
     p.add_argument('--local-rank', '--local_rank', type=int, default=None,
                    help='accepted for torch.distributed.launch compatibility; LOCAL_RANK wins')
     p.add_argument(
