@@ -19,7 +19,7 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
 
-from ..launcher.ways import slurm
+from ..launcher import ways
 from ..utils.io import atomic_write_text
 
 # EX_TEMPFAIL of sysexits.h: a temporary condition; running the command again continues.
@@ -260,8 +260,9 @@ class PreemptionHook(Hook):
         if runner.rank == 0:
             runner.logger.info(f'[mmddp_ext] stopped by {self.stopped["signal"]} after {where}: '
                                f'every rank finished it; {note}')
-            if self.requeue and saved and os.environ.get('SLURM_JOB_ID'):
-                requeued, how = slurm.requeue_job(os.environ)
+            done = ways.requeue(os.environ) if self.requeue and saved else None
+            if done is not None:  # a scheduler's job (Slurm's): back in its queue
+                requeued, how = done
             runner.logger.info(f'[mmddp_ext] {how} (exit code {STOPPED_EXIT_CODE}: stopped, not '
                                'failed)')
         self.stopped['requeued'] = requeued

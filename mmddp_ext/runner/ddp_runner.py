@@ -58,15 +58,13 @@ def _disk_usage(path: str) -> Optional[Tuple[int, int]]:
     return usage.free, usage.total
 
 
-def _read_layout(launcher: str) -> Tuple[int, int]:
-    """``(world size, this rank's index on its node)``: from the process group once one exists
-    (``LOCAL_RANK``, which we set when we start one), else from the one reader of the
+def _world_size(launcher: str) -> int:
+    """The job's world size: the process group's once one exists, else the one reader of the
     launcher's variables (:func:`~mmddp_ext.launcher.layout.read_launch_env`), whose reading
     the process group's start then uses."""
     if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size(), int(os.environ.get('LOCAL_RANK', 0))
-    env = read_launch_env(launcher)
-    return env.world_size, env.local_rank
+        return dist.get_world_size()
+    return read_launch_env(launcher).world_size
 
 
 def _agreement_on(cfg: Any) -> bool:
@@ -229,7 +227,7 @@ class DDPRunner(RankEvaluation, Runner):
     def _from_cfg(cls, cfg: Any, checked: Optional[CheckedScaling]) -> 'DDPRunner':
         cfg = TextOnceConfig.copy_of(cfg)  # formatted once, not at every pretty_text
         launcher = cfg.get('launcher', 'none')
-        world_size, _ = _read_layout(launcher)
+        world_size = _world_size(launcher)
         training = has_training_parts(cfg)
         distributed = launcher != 'none'
         refused = None  # a plan refused for this world size: train() raises it, test() runs

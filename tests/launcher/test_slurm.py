@@ -54,3 +54,10 @@ def test_a_job_without_requeue_is_told_the_sbatch_flag(monkeypatch):
                         lambda *args: 'JobId=123 BatchFlag=1 Requeue=0 JobState=RUNNING\n')
     requeued, why = slurm.requeue_job(dict(SLURM_JOB_ID='123'))
     assert not requeued and 'sbatch --requeue' in why
+
+
+def test_the_ways_requeue_only_a_schedulers_job(no_scontrol):
+    from mmddp_ext.launcher import ways
+    assert ways.requeue({}) is None  # no scheduler's job: nothing said, --resume continues
+    requeued, why = ways.requeue(dict(SLURM_JOB_ID='123'))
+    assert not requeued and 'not a batch job' in why

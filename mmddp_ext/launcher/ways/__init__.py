@@ -7,7 +7,8 @@ Each module holds everything about its way: ``NAME`` (MMEngine's ``launcher`` va
 ``detect(environ)``, ``ask(environ)`` (what only the scheduler's own tools say), the pure
 ``to_torch(environ, asked)`` (its variables as torch's: ``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``MASTER_*``, ...) and ``task_cpus(environ)`` (the CPUs it gave this process,
-named by ``TASK_CPUS_OF`` where it gives any).
+named by ``TASK_CPUS_OF`` where it gives any); a scheduler that can put a stopped job back in its
+queue also has ``requeue(environ)``.
 Adding a scheduler is one module and one entry in :data:`WAYS`.
 """
 from types import ModuleType
@@ -38,3 +39,13 @@ def named(name: str, environ: Mapping[str, str]) -> ModuleType:
         if way.NAME == name:
             return way
     raise KeyError(name)
+
+
+def requeue(environ: Mapping[str, str]) -> Optional[Tuple[bool, str]]:
+    """Put this job back in its scheduler's queue: ``(requeued, what was done)`` from the first
+    way whose ``requeue`` knows the job; None where none does (not a scheduler's job)."""
+    for way in WAYS:
+        done = getattr(way, 'requeue', lambda environ: None)(environ)
+        if done is not None:
+            return done
+    return None

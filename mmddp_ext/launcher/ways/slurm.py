@@ -145,6 +145,11 @@ def job_requeue_state(job_id: str) -> Tuple[bool, bool]:
     return fields.get('BatchFlag') == '1', fields.get('Requeue') == '1'
 
 
+def requeue(environ: Mapping[str, str]) -> Optional[Tuple[bool, str]]:
+    """:func:`requeue_job` for a Slurm job (``SLURM_JOB_ID``); None for any other process."""
+    return requeue_job(environ) if environ.get('SLURM_JOB_ID') else None
+
+
 def requeue_job(environ: Mapping[str, str] = os.environ) -> Tuple[bool, str]:
     """Put this Slurm job back in the queue when it may be: ``(requeued, what was done)``.
 
