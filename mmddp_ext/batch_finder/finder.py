@@ -76,6 +76,7 @@ def find_max_batch(
         f'trials of forward + backward + optimizer step, per-device batch up to {upper}',
         rank0_only=True)
     trials = Trials(cfg, device, upper, reserve)
+    log_line(f'batch probe: trial samples: {trials.sample_note}')  # each rank its own share
 
     def progress(number: int, trial: Trial) -> None:
         verdict = ('fits on every rank'

@@ -12,10 +12,10 @@ import itertools
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Tuple
 
 import torch
-from mmengine.dist import is_distributed
+from mmengine.dist import get_rank, is_distributed
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import MODEL_WRAPPERS, MODELS, init_default_scope
 from mmengine.runner import Runner
@@ -31,6 +31,7 @@ from ..oom.ranks_out_of_memory import ranks_out_of_memory
 from ..oom.release import release_memory
 from ..utils.batch import forward_loss
 from ..utils.memory_reads import rss_bytes
+from .heaviest import fixed_size, heaviest, resize_rule, size_of
 
 # On a CPU the budget also holds what the Runner builds beside the model (dataloader and its
 # worker queues' threads, datasets, evaluator, hooks, logger, visualizer): the reserve held
@@ -45,16 +46,58 @@ def reserve_bytes(budget: Budget) -> int:
     return max(reserve, CPU_RESERVE_MIB * 2**20) if budget.device == 'cpu' else reserve
 
 
+def _pipeline_of(dataset_cfg: Any) -> list:
+    """The pipeline of a dataset config, through wrappers (``RepeatDataset``'s ``dataset``)."""
+    while isinstance(dataset_cfg, Mapping) and 'pipeline' not in dataset_cfg:
+        dataset_cfg = dataset_cfg.get('dataset') or {}
+    return list((dataset_cfg or {}).get('pipeline') or [])
+
+
+def choose_samples(cfg: Any, dataset: Any, share: List[int], count: int,
+                   rank: int) -> Tuple[List[int], str]:
+    """The ``count`` indices of this rank's ``share`` the trials run on, and one line saying
+    which: the heaviest batch its share can make where the dataset gives each sample's size
+    (:mod:`.heaviest`), else the first ones (the share repeated when it is smaller)."""
+    if not share:
+        raise ScalingError(f'rank {rank} has no training samples: the dataset is empty')
+    first = [share[k % len(share)] for k in range(count)]
+    whose = f"rank {rank}'s share"
+    pipeline = _pipeline_of(cfg.train_dataloader.get('dataset'))
+    if fixed_size(pipeline):
+        return first, (f'the first {count} of {whose}: the pipeline crops every sample to one '
+                       'size, so any batch weighs the same')
+    sizes = []
+    for index in dict.fromkeys(share):
+        try:
+            size = size_of(index, dataset.get_data_info(index))
+        except (AttributeError, KeyError, IndexError, TypeError):
+            size = None
+        if size is None:
+            return first, (f'the first {count} of {whose}: the dataset gives no image size '
+                           'to find its heaviest batch by')
+        sizes.append(size)
+    divisor = ((cfg.model.get('data_preprocessor') or {}).get('pad_size_divisor') or 1)
+    sampler = str((cfg.train_dataloader.get('batch_sampler') or {}).get('type', ''))
+    found = heaviest(sizes, count, resize_rule(pipeline), divisor, whose, by_aspect='AspectRatio'
+                     in sampler)
+    if found is None:
+        return first, (f'the first {count} of {whose}: its samples are of one size and one '
+                       'object count, so any batch weighs the same')
+    return found.indices, found.note
+
+
 def _samples(cfg: Any, count: int) -> tuple:
-    """``count`` samples of this rank's share of the training data (repeated if the dataset
-    is smaller), through the training pipeline, and the dataloader's collate function."""
+    """``count`` samples of this rank's share of the training data (:func:`choose_samples`),
+    through the training pipeline; the dataloader's collate function; which samples and why."""
     loader_cfg = copy.deepcopy(cfg.train_dataloader)
     loader_cfg.update(batch_size=1, num_workers=0, persistent_workers=False)
     loader_cfg.pop('prefetch_factor', None)
     seed = (cfg.get('randomness') or {}).get('seed')
     loader = Runner.build_dataloader(loader_cfg, seed=seed)
-    indices = list(itertools.islice(itertools.cycle(iter(loader.sampler)), count))
-    return [loader.dataset[i] for i in indices], loader.collate_fn
+    # one epoch of this rank's order (an infinite sampler gives as many)
+    share = list(itertools.islice(iter(loader.sampler), len(loader.sampler)))
+    indices, note = choose_samples(cfg, loader.dataset, share, count, get_rank())
+    return [loader.dataset[i] for i in indices], loader.collate_fn, note
 
 
 @dataclass(frozen=True)
@@ -83,6 +126,7 @@ class Trials:
 
     Attributes:
         failed: The ranks that ran out of memory in the last agreed trial.
+        sample_note: Which samples the trials run on and why (:func:`choose_samples`).
         grad_bytes: Bytes of the gradients of the trainable parameters (one copy).
     """
 
@@ -90,7 +134,7 @@ class Trials:
         self.device, self.reserve = device, reserve
         self.tensors = tensor_device(device)  # the fake GPUs' tensors stay on the CPU
         self.failed: List[int] = []
-        self.samples, self.collate = _samples(cfg, upper)
+        self.samples, self.collate, self.sample_note = _samples(cfg, upper)
         model = MODELS.build(copy.deepcopy(cfg.model)).to(self.tensors)
         if self.tensors.type == 'cpu':  # as the Runner's model will be (SyncBN needs CUDA)
             model = batchnorm_for_cpu(model)
@@ -218,7 +262,7 @@ def measure_steps(cfg: Any, batches: List[int], device: torch.device) -> Measure
             if not outcome.fits:
                 break
             steps.append(outcome)
-        grad_bytes = trials.grad_bytes
+        grad_bytes, samples = trials.grad_bytes, trials.sample_note
     finally:
         trials.close()
     if device.type == 'cuda':
@@ -230,5 +274,5 @@ def measure_steps(cfg: Any, batches: List[int], device: torch.device) -> Measure
         read = 'the peak RSS per step (VmHWM, reset before each step) above that context'
     method = (f'{len(steps) + 1} training steps (forward + backward + optimizer step; 1 warm-up) '
               f'of the config\'s model, optimizer and data pipeline in one process on {device}, '
-              f'batches {[s.batch for s in steps]}; {read}')
+              f'batches {[s.batch for s in steps]} of {samples}; {read}')
     return MeasuredSteps(tuple(steps), context, how, grad_bytes, time.monotonic() - start, method)
