@@ -32,12 +32,14 @@ class TrialBaseline:
             the trials' model, gradients and optimizer state in place.
         reserve_bytes: What was kept free during each trial for what training adds.
         max_batch: The per-device batch the finder found.
+        samples: Which samples its trials ran on, and why.
     """
 
     device: str
     held_bytes: int
     reserve_bytes: int
     max_batch: int
+    samples: str = ''
 
 
 def find_max_batch(
@@ -108,7 +110,8 @@ def find_max_batch(
         f'{result.seconds:.1f} s)', rank0_only=True)
     if path:
         write_cache(path, key, result, budget.how)
-    return result, TrialBaseline(str(device), held, reserve, result.max_batch), stored
+    return result, TrialBaseline(str(device), held, reserve, result.max_batch,
+                                 trials.sample_note), stored
 
 
 def _nothing_fits(failed: List[int], budget: Budget, reserve: int, what: str) -> str:

@@ -19,7 +19,7 @@ from ..oom.classify import is_oom_error
 from ..oom.onednn import turn_off_onednn_after
 from ..oom.ranks_out_of_memory import RanksOutOfMemoryError, ranks_out_of_memory
 from ..oom.release import memory_reading, release_memory
-from ..utils.batch import batch_length, forward_loss, split_batch
+from ..utils.batch import batch_length, batch_text, describe_batch, forward_loss, split_batch
 from ..utils.log import log_line
 
 CHUNK_BYTES = 25 * 2**20
@@ -95,6 +95,8 @@ class MicrobatchDDP(torch.nn.Module):
     Attributes:
         micro_batches: Micro-batches per batch (1 until an out-of-memory error).
         redone: How many times a step was redone.
+        failed_batch: What made the last batch that ran out of memory heavy
+            (:func:`~mmddp_ext.utils.batch.describe_batch`), or None.
         failed_micro_batch: The size of the micro-batch (or batch) that last ran out of
             memory on some rank; None while nothing did.
         phase: The part of the step running now (``'backward of micro-batch 2/4'``), named
@@ -113,6 +115,7 @@ class MicrobatchDDP(torch.nn.Module):
         self.micro_batches = 1
         self.redone = 0
         self.failed_micro_batch: Optional[int] = None
+        self.failed_batch: Optional[dict] = None
         self.phase = ''  # the part of the step running now, for the debug log
         self._pending: List[tuple] = []  # (batch, loss weight) of the current cycle
         self._done = 0  # pending batches whose gradients are in place
@@ -190,6 +193,8 @@ class MicrobatchDDP(torch.nn.Module):
 
     def _redo(self, failed: List[int], batch: int) -> None:
         self.failed_micro_batch = math.ceil(batch / self.micro_batches)
+        self.failed_batch = describe_batch(self._pending[-1][0]) if self._pending else None
+        heavy = batch_text(self.failed_batch)
         if self.micro_batches >= batch:
             raise RanksOutOfMemoryError(
                 f'out of memory on rank(s) {failed} even with micro-batches of 1 sample '
@@ -200,7 +205,8 @@ class MicrobatchDDP(torch.nn.Module):
         sizes = sorted(set(batch_length(b) or 1 for b, _ in self._pending))
         log_line(
             'on_oom=microbatch: '
-            f'out of memory on rank(s) {failed} during a step; every rank redoes it as '
+            f'out of memory on rank(s) {failed} during a step'
+            f'{f" (this rank: {heavy})" if heavy else ""}; every rank redoes it as '
             f'{self.micro_batches} micro-batches per batch (per-device batch '
             f'{"/".join(map(str, sizes))}) with accumulation: global batch and LR '
             f'unchanged', logging.WARNING)

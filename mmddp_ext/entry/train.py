@@ -144,10 +144,13 @@ def failure_context(runner, env: DistEnv, cfg: Optional[Config] = None) -> dict:
     model = getattr(runner, 'model', None)
     if getattr(model, 'failed_micro_batch', None):
         out['oom_at_batch'] = model.failed_micro_batch
+    if getattr(model, 'failed_batch', None):
+        out['oom_batch'] = model.failed_batch
     baseline = getattr(runner, 'trial_baseline', None)
     if baseline is not None:  # re-measured now: what training holds beyond the finder's trials
 
         out['finder'] = dict(max_batch=baseline.max_batch, reserve=baseline.reserve_bytes,
+                             samples=baseline.samples,
                              extra=held_bytes(torch.device(baseline.device)) - baseline.held_bytes)
     plan = getattr(runner, 'scaling_plan', None)
     if plan is not None:

@@ -7,6 +7,7 @@ from typing import Any, List, Mapping, Optional, Tuple
 
 from ..memory.budget import MARGIN
 from ..scaling.split import best_split
+from ..utils.batch import batch_text
 from ..utils.units import BYTES_PER_UNIT, GIB, MIB, format_mib
 from .classify import MAP_SEGMENT
 
@@ -74,6 +75,18 @@ def _nothing_fits(record: Mapping[str, Any]) -> Optional[List[str]]:
     return None
 
 
+def _batch_lines(record: Mapping[str, Any]) -> List[str]:
+    """The batch that ran out (what made it heavy) beside the samples the finder measured."""
+    lines = []
+    heavy = batch_text(record.get('oom_batch'))
+    if heavy:
+        lines.append(f'batch: {heavy}')
+    measured = (record.get('finder') or {}).get('samples')
+    if measured:
+        lines.append(f'the finder measured: {measured}')
+    return lines
+
+
 def oom_advice(record: Mapping[str, Any]) -> List[str]:
     """Lines of advice for an OOM failure record (see :mod:`mmddp_ext.diagnose.records`).
 
@@ -84,7 +97,7 @@ def oom_advice(record: Mapping[str, Any]) -> List[str]:
     """
     stuck = _nothing_fits(record)
     if stuck is not None:
-        return stuck
+        return stuck[:1] + _batch_lines(record) + stuck[1:]
     plan = record.get('plan') or {}
     memory = record.get('memory') or {}
     batch = plan.get('per_device_batch_size') or record.get('per_device_batch_size')
@@ -106,7 +119,7 @@ def oom_advice(record: Mapping[str, Any]) -> List[str]:
         f'per-device batch {batch}')
     lines = [
         f'cause: out of memory at {at} ({batch} × {world} × '
-        f'accumulation {accum} = global {global_batch})',
+        f'accumulation {accum} = global {global_batch})', *_batch_lines(record),
         f'fit: per-device batch {per_device} × {world} × accumulation {k} keeps the global '
         f'batch {global_batch} ({how})',
         f'fix: --cfg-options scaling.max_batch_per_device={per_device}   (DDPRunner), or '

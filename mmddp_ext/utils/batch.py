@@ -72,3 +72,35 @@ def forward_loss(model: Any, data: Any) -> Any:
         return model(*data, mode='loss')
     raise TypeError(f'a preprocessed batch must be a dict, list or tuple, not '
                     f'{type(data).__name__}')
+
+
+def describe_batch(data: Any) -> Optional[dict]:
+    """What made a batch heavy, from its data samples' metainfo (MMDetection's and MMPose's):
+    ``{'samples': [image id or path, ...], 'shape': [height, width] (the largest after the
+    pipeline), 'objects': the most ground-truth instances in one sample}``; None where the
+    batch carries no data samples."""
+    samples = data.get('data_samples') if isinstance(data, Mapping) else None
+    if not samples or not any(getattr(s, 'metainfo', None) for s in samples):
+        return None
+    ids, heights, widths, objects = [], [0], [0], [0]
+    for sample in samples:
+        meta = getattr(sample, 'metainfo', {}) or {}
+        ids.append(meta.get('img_id', meta.get('img_path', '?')))
+        shape = meta.get('img_shape') or meta.get('input_size')
+        if shape is not None and len(shape) >= 2:
+            heights.append(int(shape[0]))
+            widths.append(int(shape[1]))
+        instances = getattr(sample, 'gt_instances', None)
+        objects.append(len(instances) if instances is not None else 0)
+    return dict(samples=ids, shape=[max(heights), max(widths)], objects=max(objects))
+
+
+def batch_text(described: Optional[dict]) -> str:
+    """``4 samples up to 384×384, 31 objects (img_id 12, 40, 7, 3)`` for the log; '' for None."""
+    if not described:
+        return ''
+    ids = described['samples']
+    shown = ', '.join(str(i) for i in ids[:6]) + (', …' if len(ids) > 6 else '')
+    height, width = described['shape']
+    return (f'{len(ids)} samples up to {width}×{height}, {described["objects"]} objects '
+            f'(images {shown})')

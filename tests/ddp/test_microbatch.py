@@ -87,6 +87,43 @@ def test_gives_up_at_one_sample_with_the_fix(group):
         _train(0, [_batch(4)])
 
 
+def test_the_batch_that_ran_out_is_described_and_logged(group):
+    """What made the batch heavy (its images, largest shape, most objects) is kept for the
+    failure record and said in the warning of the redo."""
+    import logging
+
+    from mmdet.structures import DetDataSample
+    from mmengine.logging import MMLogger
+    from mmengine.structures import InstanceData
+
+    class IgnoresTargets(FitsUpTo):
+
+        def forward(self, inputs, data_samples=None, mode='tensor'):
+            if len(inputs) > self.limit:
+                raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')
+            return dict(loss=self.linear(torch.stack(inputs)).mean())
+
+    samples = []
+    for img_id in range(4):
+        sample = DetDataSample(metainfo=dict(img_id=img_id, img_shape=(64 * (img_id + 1), 96)))
+        sample.gt_instances = InstanceData(bboxes=torch.zeros(img_id * 3, 4))
+        samples.append(sample)
+    model = MicrobatchDDP(module=IgnoresTargets(2), device_ids=None)
+    optim = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1))
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logger = MMLogger.get_current_instance()
+    logger.addHandler(handler)
+    try:
+        model.train_step(dict(inputs=list(torch.randn(4, 3)), data_samples=samples), optim)
+    finally:
+        logger.removeHandler(handler)
+    assert model.failed_batch == dict(samples=[0, 1, 2, 3], shape=[256, 96], objects=9)
+    said = '\n'.join(seen)
+    assert 'this rank: 4 samples up to 96×256, 9 objects (images 0, 1, 2, 3)' in said
+
+
 def test_other_errors_are_not_retried(group):
 
     class Broken(FitsUpTo):

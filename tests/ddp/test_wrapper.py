@@ -101,7 +101,7 @@ def test_the_wrapper_is_on_the_rank_s_derived_device(monkeypatch, tmp_path, visi
     from mmddp_ext.gpu import use_gpus
     from mmddp_ext.gpu.fake import FakeGpus, make_fake_host
     from mmddp_ext.launcher.layout import read_launch_env
-    from mmddp_ext.runner.ddp_runner import _read_layout
+    from mmddp_ext.runner.ddp_runner import _world_size
     for key in ('LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'CUDA_VISIBLE_DEVICES'):
         monkeypatch.delenv(key, raising=False)
     for key, value in dict(RANK='3', WORLD_SIZE='8', MASTER_ADDR='h', MASTER_PORT='29500',
@@ -111,8 +111,7 @@ def test_the_wrapper_is_on_the_rank_s_derived_device(monkeypatch, tmp_path, visi
     previous = use_gpus(FakeGpus(str(tmp_path)))
     try:
         env = read_launch_env('pytorch')
-        world, local_rank = _read_layout('pytorch')
-        assert (env.local_rank, world, local_rank) == (expected, 8, expected)
+        assert (env.local_rank, _world_size('pytorch')) == (expected, 8)
         pin_device(env.local_rank)
         wrapper, note = with_rank_device(model_wrapper_for(_cfg(), True))
         assert wrapper['device_ids'] is None and f'DDP device_ids [{expected}] as on a GPU' in note
@@ -120,10 +119,12 @@ def test_the_wrapper_is_on_the_rank_s_derived_device(monkeypatch, tmp_path, visi
         use_gpus(previous)
 
 
-def test_ddp_runner_derives_the_local_rank_from_the_launchers_variables(monkeypatch):
-    from mmddp_ext.runner.ddp_runner import _read_layout
+def test_ddp_runner_reads_the_layout_through_the_one_reader(monkeypatch):
+    from mmddp_ext.launcher.layout import read_launch_env
+    from mmddp_ext.runner.ddp_runner import _world_size
     for key, value in dict(RANK='3', WORLD_SIZE='4', LOCAL_WORLD_SIZE='2', MASTER_ADDR='h',
                            MASTER_PORT='29500').items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv('LOCAL_RANK', raising=False)
-    assert _read_layout('pytorch') == (4, 1)  # LOCAL_RANK = RANK % LOCAL_WORLD_SIZE
+    assert _world_size('pytorch') == 4
+    assert read_launch_env('pytorch').local_rank == 1  # LOCAL_RANK = RANK % LOCAL_WORLD_SIZE

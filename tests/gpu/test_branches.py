@@ -9,9 +9,10 @@ from mmddp_ext.ddp.process_group import pin_device
 from mmddp_ext.ddp.wrapper import model_wrapper_for
 from mmddp_ext.gpu import use_gpus
 from mmddp_ext.gpu.fake import FakeGpus, make_fake_host
+from mmddp_ext.launcher.layout import read_launch_env
 from mmddp_ext.memory.budget import apply_budget, held_bytes
 from mmddp_ext.memory.stats import MemoryReader
-from mmddp_ext.runner.ddp_runner import _read_layout
+from mmddp_ext.runner.ddp_runner import _world_size
 
 MIB = 2**20
 
@@ -95,7 +96,8 @@ def test_hand_set_variables_derive_local_rank_from_the_gpu_count(fake, monkeypat
     monkeypatch.setenv('WORLD_SIZE', '4')
     monkeypatch.setenv('MASTER_ADDR', '127.0.0.1')
     monkeypatch.setenv('MASTER_PORT', '29500')
-    assert _read_layout('pytorch') == (4, local)  # rank 3 on a host of `count` GPUs
+    # rank 3 on a host of `count` GPUs, read by the one reader the runner asks
+    assert (_world_size('pytorch'), read_launch_env('pytorch').local_rank) == (4, local)
     assert os.environ.get('LOCAL_RANK') is None  # read, not written
 
 

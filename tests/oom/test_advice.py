@@ -72,3 +72,18 @@ def test_cpu_advice_halves_and_names_every_way_out():
     assert 'scaling.max_batch_per_device=16' in lines[2]
     assert 'scaling.max_batch_per_device=auto' in lines[3] and 'on_oom=microbatch' in lines[3]
     assert 'gradient_as_bucket_view is off' in lines[4]
+
+
+def test_the_batch_that_ran_out_is_named_beside_what_the_finder_measured():
+    record = dict(
+        message=CPU_MESSAGE, memory=dict(last=dict(rss=1)),
+        oom_batch=dict(samples=[12, 40], shape=[384, 384], objects=31), finder=dict(
+            max_batch=8, reserve=1, extra=0, samples="the heaviest of rank 1's share (64 "
+            'samples): 128×128 padded, 4 objects (samples 2, 6)'),
+        plan=dict(per_device_batch_size=8, world_size=2, accumulative_counts=1,
+                  global_batch_size=16))
+    lines = oom_advice(record)
+    assert lines[0].startswith('cause: out of memory at per-device batch 8')
+    assert lines[1] == 'batch: 2 samples up to 384×384, 31 objects (images 12, 40)'
+    assert lines[2] == ("the finder measured: the heaviest of rank 1's share (64 samples): "
+                        '128×128 padded, 4 objects (samples 2, 6)')
