@@ -94,8 +94,11 @@ def _samples(cfg: Any, count: int) -> tuple:
     loader_cfg.pop('prefetch_factor', None)
     seed = (cfg.get('randomness') or {}).get('seed')
     loader = Runner.build_dataloader(loader_cfg, seed=seed)
-    # one epoch of this rank's order (an infinite sampler gives as many)
-    share = list(itertools.islice(iter(loader.sampler), len(loader.sampler)))
+    # one epoch of this rank's order (an infinite sampler gives as many); the sampler is the
+    # batch sampler's where the config has one (MMDetection's AspectRatioBatchSampler), not
+    # the DataLoader's own, which is then a sequential one over the whole dataset
+    sampler = getattr(loader.batch_sampler, 'sampler', None) or loader.sampler
+    share = list(itertools.islice(iter(sampler), len(sampler)))
     indices, note = choose_samples(cfg, loader.dataset, share, count, get_rank())
     return [loader.dataset[i] for i in indices], loader.collate_fn, note
 

@@ -130,3 +130,8 @@ def test_memory_without_explain_is_refused():
     proc = run([PYTHON, 'tools/dist_train.py', DEMO_CONFIG, '--memory'], timeout=300)
     assert proc.returncode == 2
     assert '--memory and --device-memory forecast without training: add --explain' in proc.stdout
+
+
+def test_the_top_down_forecast_says_any_batch_weighs_the_same(forecast):
+    assert ("batches [8, 16, 32] of the first 32 of rank 0's share: the pipeline crops every "
+            'sample to one size, so any batch weighs the same') in forecast['memory']['method']

@@ -325,11 +325,13 @@ def test_a_real_out_of_memory_step_is_redone_as_micro_batches(demo_data, tmp_pat
     assert 'per-GPU batch 16 × 2 GPUs × accumulation 1 = global 32' in out
     splits = [
         int(n) for n in re.findall(
-            r'out of memory on rank\(s\) \[1\] during a step; every rank redoes it as (\d+) '
+            r'out of memory on rank\(s\) \[1\] during a step[^;]*; every rank redoes it as (\d+) '
             r'micro-batches per batch \(per-device batch 16\) with accumulation: global batch '
             r'and LR unchanged', out)
     ]
     assert splits, out[-4000:]
+    assert re.search(r'during a step \(this rank: 16 samples up to \d+×\d+, 1 objects \(images \d+',
+                     out), out[-4000:]  # what made the batch that ran out heavy
     assert out.index('out of memory on rank(s) [1] during a step') > limited  # after the cap
     assert splits == sorted(set(splits)) and splits[0] == 2  # halved, never redone at a level
     assert 'even with micro-batches of 1' not in out
