@@ -6,6 +6,7 @@ checkpoint stays). docs/checkpoints.md,
 import errno
 import itertools
 import os.path as osp
+import shutil
 from typing import Any, List, Optional, Tuple
 
 import torch
@@ -108,3 +109,20 @@ def previous_checkpoint(out_dir: str) -> Optional[str]:
     except OSError:
         return None
     return path if path and osp.exists(path) else None
+
+
+def save_error(error: BaseException, path: str) -> Optional[OSError]:
+    """The one-line error for a local checkpoint save at ``path`` that failed with ``error``:
+    :func:`disk_full_error` (with the disk's free space) or :func:`refused_save_error`, both
+    naming the previous checkpoint; None for any other error (raised as it is)."""
+    if not isinstance(error, OSError) or error.errno not in DISK_FULL + REFUSED:
+        return None
+    folder = osp.dirname(path)
+    previous = previous_checkpoint(folder)
+    if error.errno in REFUSED:
+        return refused_save_error(error, path, previous)
+    try:
+        usage = shutil.disk_usage(folder)
+    except OSError:
+        return disk_full_error(error, path, None, previous)
+    return disk_full_error(error, path, (usage.free, usage.total), previous)

@@ -12,7 +12,6 @@ docs/scaling.md, checkpoints docs/checkpoints.md.
 import contextlib
 import os
 import os.path as osp
-import shutil
 from typing import Any, Optional, Tuple
 
 import torch.distributed as dist
@@ -24,8 +23,7 @@ from mmengine.runner import Runner
 
 from ..agreement.collective import agree_or_stop, view_of
 from ..batch_finder.finder import find_max_batch
-from ..checkpoint import (DISK_FULL, REFUSED, disk_full_error, from_plain, previous_checkpoint,
-                          refuse_nonfinite, refused_save_error, to_plain)
+from ..checkpoint import from_plain, refuse_nonfinite, save_error, to_plain
 from ..dataloader.shared_batches import share_batches
 from ..dataloader.workers import tie_workers
 from ..ddp.process_group import ensure_process_group
@@ -47,15 +45,6 @@ from .default_hooks import hook_type_name, our_default_hooks
 from .evaluation import RankEvaluation
 from .resumable_loop import resumable_loop_cfg
 from .work_dir import share_work_dir
-
-
-def _disk_usage(path: str) -> Optional[Tuple[int, int]]:
-    """``(free, total)`` bytes of the disk that holds ``path``, or None."""
-    try:
-        usage = shutil.disk_usage(path)
-    except OSError:
-        return None
-    return usage.free, usage.total
 
 
 def _world_size(launcher: str) -> int:
@@ -339,12 +328,9 @@ class DDPRunner(RankEvaluation, Runner):
             if main and osp.exists(part):
                 with contextlib.suppress(OSError):  # a folder that refuses may refuse this too
                     os.remove(part)
-            if isinstance(e, OSError) and e.errno in DISK_FULL:  # one line: where, how much
-                raise disk_full_error(e, osp.join(out_dir, filename), _disk_usage(out_dir),
-                                      previous_checkpoint(out_dir)) from e
-            if isinstance(e, OSError) and e.errno in REFUSED:  # one line: where, what it said
-                raise refused_save_error(e, osp.join(out_dir, filename),
-                                         previous_checkpoint(out_dir)) from e
+            error = save_error(e, osp.join(out_dir, filename))  # a full or refusing disk
+            if error is not None:  # one line: where, what it said, the previous checkpoint
+                raise error from e
             raise
 
     def register_default_hooks(self, hooks: Optional[dict] = None) -> None:

@@ -59,3 +59,15 @@ def test_a_refused_save_names_the_folder_its_error_and_the_resume(code, words):
 def test_a_refused_first_save_resumes_from_nothing():
     text = str(refused_save_error(OSError(errno.EACCES, 'Permission denied'), '/w/a.pth', None))
     assert 'no earlier checkpoint' in text and text.endswith('then --resume')
+
+
+def test_a_failed_save_gets_the_line_of_its_cause(tmp_path):
+    from mmddp_ext.checkpoint import save_error
+    path = str(tmp_path / 'epoch_2.pth')
+    full = save_error(OSError(errno.ENOSPC, 'No space left on device'), path)
+    assert f'no space left on device while saving checkpoint {path}: ' in str(full)
+    assert ' MiB free of ' in str(full)  # the disk of tmp_path, read
+    refused = save_error(OSError(errno.EROFS, 'Read-only file system', path + '.part'), path)
+    assert str(refused).startswith(f'[Errno {errno.EROFS}] the work dir refused checkpoint')
+    assert save_error(OSError(errno.EIO, 'I/O error'), path) is None  # raised as it is
+    assert save_error(RuntimeError('not a file system error'), path) is None

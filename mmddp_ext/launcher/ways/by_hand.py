@@ -1,22 +1,11 @@
 """Ranks started by hand: each process is given ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
 ``MASTER_PORT`` (``LOCAL_RANK`` may be derived); rank 0 hosts the store
-(:mod:`mmddp_ext.launcher.store`)."""
-from typing import Mapping, Optional
+(:mod:`mmddp_ext.launcher.store`). Its variables are torch's, as torchrun's: only the detection
+differs."""
+from typing import Mapping
 
-NAME = 'pytorch'  # torch's variables, as torchrun's
+from .torchrun import NAME, ask, task_cpus, to_torch  # noqa: F401  (this way's parts)
 
 
 def detect(environ: Mapping[str, str]) -> bool:
     return 'RANK' in environ or 'WORLD_SIZE' in environ
-
-
-def ask(environ: Mapping[str, str]) -> dict:
-    return {}
-
-
-def to_torch(environ: Mapping[str, str], asked: Mapping[str, str]) -> dict:
-    return {}  # torch's variables already
-
-
-def task_cpus(environ: Mapping[str, str]) -> Optional[int]:
-    return None  # the node's cores, shared by its ranks
