@@ -143,13 +143,59 @@ def popen(cmd: List[str], env: Optional[Dict[str, str]] = None) -> subprocess.Po
 
 
 def finish(procs: List[subprocess.Popen], timeout: float = 600) -> List:
-    """Wait for every process; ``[(returncode, output), ...]``."""
-    return [_wait(p, timeout) for p in procs]
+    """Wait for every process, ``timeout`` seconds in all; ``[(returncode, output), ...]``.
+    Past it, AssertionError with what holds each open output (:func:`stop_hung`), killed."""
+    import time
+    deadline, results, hung = time.monotonic() + timeout, [], []
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            results.append((proc.returncode, out))
+        except subprocess.TimeoutExpired:
+            hung.append(proc)
+    if hung:
+        report = []
+        for proc in hung:
+            holders = stop_hung(proc)
+            out, _ = proc.communicate()
+            report.append(f'output still open after {timeout:.0f} s: {proc.args}\n'
+                          f'what holds it:\n{holders}\noutput tail:\n{out[-4000:]}')
+        raise AssertionError('\n\n'.join(report))
+    return results
 
 
-def _wait(proc: subprocess.Popen, timeout: float):
-    out, _ = proc.communicate(timeout=timeout)
-    return proc.returncode, out
+def stop_hung(proc: subprocess.Popen) -> str:
+    """The Python stacks of every process that holds ``proc``'s output open (it, its
+    descendants, and orphans it left: any of them keeps ``communicate()`` waiting), by
+    ``py-spy dump`` where it is on PATH, then SIGKILL to all of them, so a hang shows where it
+    waited and leaves nothing behind."""
+    import psutil
+    pipe = f'pipe:[{os.fstat(proc.stdout.fileno()).st_ino}]'
+    holders = []
+    for p in psutil.process_iter():
+        try:
+            fds = os.listdir(f'/proc/{p.pid}/fd')
+            if p.pid != os.getpid() and any(
+                    os.readlink(f'/proc/{p.pid}/fd/{fd}') == pipe for fd in fds):
+                holders.append(p)
+        except (OSError, psutil.Error):
+            continue
+    stacks = [f'{proc.args[0]} (pid {proc.pid}): exit code {proc.poll()}']
+    for p in holders:
+        try:
+            stacks.append(f'pid {p.pid} (parent {p.ppid()}): {" ".join(p.cmdline())[:300]}')
+        except psutil.Error:
+            continue
+        if shutil.which('py-spy'):
+            dump = subprocess.run(['py-spy', 'dump', '--pid', str(p.pid)], text=True,
+                                  capture_output=True, timeout=60)
+            stacks.append(dump.stdout if dump.returncode == 0 else '(not a Python process)')
+    for p in holders:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    return '\n'.join(stacks)
 
 
 def check_ok(proc) -> str:
