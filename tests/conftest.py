@@ -226,7 +226,7 @@ def stop_point_by_hand(config: str, work: str, data: str, extra=(),
     """The 2 ranks of a preemption test's run (``tests.helpers.stop_point_hook``: 2 epochs of
     8 iterations), started by hand (RANK, WORLD_SIZE, MASTER_*); ``options`` change
     :func:`demo_options`' (e.g. the demo's own DataLoader workers, :data:`DEMO_WORKERS`)."""
-    from mmddp_ext.launcher.rendezvous import find_free_port
+    from mmddp_launch.rendezvous import find_free_port
 
     from tests.helpers.stop_point_hook import STOP_OPTIONS
     port = str(find_free_port())

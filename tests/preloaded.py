@@ -129,7 +129,7 @@ def start(args: List[str], out_dir: str, nproc: int = 1, env: Optional[Dict[str,
     with this process's environment plus ``env``, as ``conftest.run`` sets it; their output
     goes to ``out_dir/rank<N>.out``, or with ``one_log`` all to ``out_dir/ranks.out`` in the
     order it is written (as a launcher's ranks share its terminal)."""
-    from mmddp_ext.launcher.rendezvous import find_free_port
+    from mmddp_launch.rendezvous import find_free_port
 
     from conftest import LAUNCHER_VARS, child_env  # here: not in the forked processes
     ctx = fork_server()

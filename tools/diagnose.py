@@ -3,7 +3,7 @@
 for the whole short program: it imports the package (torch and MMEngine with it), reads a few
 files and prints; collecting while those imports run, and again at exit, was a quarter of its
 CPU time (2.6 CPU-s, 2.0 without). ``tools/dist_train.sh`` runs it after a failed run; why the
-collector matters at start-up: ``mmddp_ext/utils/garbage_collector.py``.
+collector matters at start-up: ``mmddp_launch/start_up.py``.
 """
 import gc
 import sys

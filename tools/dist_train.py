@@ -10,6 +10,8 @@ import os
 import sys
 import warnings
 
+from mmddp_launch.shared import STOP_REQUESTED_ENV, STOPPED_EXIT_CODE
+
 # mmengine 0.10.7 still imports pkg_resources; its deprecation notice says nothing to our users.
 warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
 
@@ -40,23 +42,22 @@ def _pin_device_early() -> None:
 
 def _stopped_before_this_restart() -> bool:
     """torchrun restarted this worker (MAX_RESTARTS) after dist_train.sh's front sent the job a
-    stop signal (``MMDDP_STOP_REQUESTED``, mmddp_ext/launcher/torchrun_front.py): the job was
-    asked to stop and its checkpoint is saved, so this worker does not train again."""
-    name = os.environ.get('MMDDP_STOP_REQUESTED')
+    stop signal (``STOP_REQUESTED_ENV``, mmddp_launch/shared.py): the job was asked to stop and
+    its checkpoint is saved, so this worker does not train again."""
+    name = os.environ.get(STOP_REQUESTED_ENV)
     if not name or os.environ.get('TORCHELASTIC_RESTART_COUNT', '0') == '0':
         return False
     print(
         f'[mmddp_ext] rank {os.environ.get("RANK", "?")}: not started again: the job was '
-        f'stopped by {name} (exit code 75: --resume continues)', file=sys.stderr)
+        f'stopped by {name} (exit code {STOPPED_EXIT_CODE}: --resume continues)', file=sys.stderr)
     return True
 
 
 if __name__ == '__main__':
     if _stopped_before_this_restart():
-        sys.exit(75)
+        sys.exit(STOPPED_EXIT_CODE)
     # no garbage collection while start-up imports half a million long-lived objects: the
-    # entry collects once and turns it on when the runner is built
-    # (mmddp_ext.utils.garbage_collector)
+    # entry collects once and turns it on when the runner is built (mmddp_launch.start_up)
     gc.disable()
     _pin_device_early()
     from mmddp_ext.entry.train import main

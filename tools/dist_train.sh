@@ -55,7 +55,7 @@ fi
 
 # The front (mmddp_ext/launcher/torchrun_front.py) completes and checks the layout (NNODES,
 # NODE_RANK, MASTER_ADDR, PORT as given, a job operator's variables where they are unset: its
-# launcher/ways/kubeflow.py) and the rendezvous, then runs torchrun in-process.
+# mmddp_launch/kubeflow.py) and the rendezvous, then runs torchrun in-process.
 # It writes the failed workers as JSON to MMDDP_LAUNCH_REPORT, which the diagnosis reads.
 REPORT_DIR=$(mktemp -d "${TMPDIR:-/tmp}/mmddp_launch.XXXXXX") || exit 1
 trap 'rm -rf "$REPORT_DIR"' EXIT

@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=tools/py
-PATHS=(mmddp_ext tools tests bench configs setup.py)
+PATHS=(mmddp_ext mmddp_launch tools tests bench configs setup.py)
 case "${1:-}" in
   --fix) "$PY" -m isort "${PATHS[@]}" && "$PY" -m yapf -r -i -p "${PATHS[@]}" ;;
   '') ;;

@@ -10,9 +10,10 @@ from typing import Any, List, Mapping, NamedTuple, Optional
 import torch
 from mmengine.dist import broadcast_object_list, get_rank
 
+from mmddp_launch.files import atomic_write_text
+
 from ..gpu import gpus
 from ..memory.budget import MARGIN
-from ..utils.io import atomic_write_text
 from .search import SearchResult
 from .trials import CPU_RESERVE_MIB
 

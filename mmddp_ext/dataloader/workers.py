@@ -20,9 +20,9 @@ import sys
 import threading
 from typing import Any, Callable, List, Optional
 
+from mmddp_launch.shared import STOP_SIGNALS
+
 PR_SET_PDEATHSIG = 1
-# the signals that ask a job to stop (PreemptionHook's defaults): the rank's to act on
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
 def die_with_parent(parent_pid: int) -> bool:

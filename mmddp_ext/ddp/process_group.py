@@ -12,12 +12,13 @@ from typing import List, Optional, Tuple
 
 import torch.distributed as dist
 
+from mmddp_launch.rendezvous import is_loopback
+from mmddp_launch.rendezvous import log as _log
+from mmddp_launch.rendezvous import pin_loopback_interfaces
+
 from ..gpu import gpus
 from ..launcher.env import DistEnv
 from ..launcher.layout import read_launch_env
-from ..launcher.rendezvous import is_loopback
-from ..launcher.rendezvous import log as _log
-from ..launcher.rendezvous import pin_loopback_interfaces
 from ..launcher.store import agent_store, rendezvous_store, rendezvous_timeout
 
 

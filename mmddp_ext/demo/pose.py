@@ -23,8 +23,9 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 import cv2
 import numpy as np
 
+from mmddp_launch.files import atomic_write_text
+
 from ..utils.checks import is_positive_int
-from ..utils.io import atomic_write_text
 
 KEYPOINT_NAMES = ('nose', 'left_eye', 'right_eye', 'left_ear', 'right_ear', 'left_shoulder',
                   'right_shoulder', 'left_elbow', 'right_elbow', 'left_wrist', 'right_wrist',

@@ -24,8 +24,9 @@ import traceback
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Union
 
+from mmddp_launch.files import atomic_write_text
+
 from ..oom.classify import address_space_limit, is_oom_error
-from ..utils.io import atomic_write_text
 from .frames import exception_sites
 from .spare_records import refusal, spare_dir
 from .stderr_copy import stderr_tail

@@ -21,6 +21,9 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler, record
 
+from mmddp_launch.shared import STOPPED_EXIT_CODE
+from mmddp_launch.start_up import release_run, settle_start_up
+
 from ..checkpoint import UNSAFE_ENV
 from ..ddp.process_group import ensure_process_group, shutdown
 from ..ddp.wrapper import ddp_param_names, model_wrapper_for
@@ -30,7 +33,7 @@ from ..diagnose.stderr_copy import keep_stderr
 from ..errors import UserError
 from ..gpu import gpus
 from ..hooks.memory_hook import RankMemoryHook
-from ..hooks.preemption_hook import STOPPED_EXIT_CODE, PreemptionHook, TrainingStopped
+from ..hooks.preemption_hook import PreemptionHook, TrainingStopped
 from ..launcher.env import DistEnv, read_dist_env
 from ..launcher.layout import read_launch_env
 from ..memory.budget import held_bytes
@@ -43,7 +46,6 @@ from ..runner.teardown import let_go_of_loaders
 from ..scaling.apply import CheckedScaling, check_scaling
 from ..utils.checks import did_you_mean
 from ..utils.config import default_work_dir, load_config
-from ..utils.garbage_collector import release_run, settle_start_up
 from ..utils.mmcv_ops import missing_gpu_ops
 from ..utils.process_state import owns_process, restore, snapshot
 from ..utils.quiet import quiet_warnings

@@ -19,11 +19,10 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
 
-from ..launcher import ways
-from ..utils.io import atomic_write_text
+from mmddp_launch.files import atomic_write_text
+from mmddp_launch.shared import STOP_SIGNALS, STOPPED_EXIT_CODE
 
-# EX_TEMPFAIL of sysexits.h: a temporary condition; running the command again continues.
-STOPPED_EXIT_CODE = 75
+from ..launcher import ways
 
 
 class TrainingStopped(SystemExit):
@@ -105,8 +104,8 @@ class PreemptionHook(Hook):
 
     priority = 'HIGHEST'  # its handler must be installed before the watchdog's faulthandler
 
-    def __init__(self, signals: Sequence[str] = ('SIGTERM', 'SIGUSR1'), requeue: bool = True,
-                 interval: int = 1, grace: Optional[float] = 25.0) -> None:
+    def __init__(self, signals: Sequence[str] = tuple(s.name for s in STOP_SIGNALS),
+                 requeue: bool = True, interval: int = 1, grace: Optional[float] = 25.0) -> None:
         if isinstance(signals, str):
             signals = [signals]
         self.signals = _signal_numbers(signals)

@@ -6,11 +6,12 @@ from typing import Any, Callable, Optional, Sequence
 
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+from mmddp_launch.rendezvous import find_free_port, is_loopback
+from mmddp_launch.rendezvous import log as _log
+from mmddp_launch.rendezvous import loopback_store, pin_loopback_interfaces
+
 from ..utils.checks import positive_int
 from ..utils.process_state import restore, snapshot
-from .rendezvous import find_free_port, is_loopback
-from .rendezvous import log as _log
-from .rendezvous import loopback_store, pin_loopback_interfaces
 from .store import check_port_free, rendezvous_timeout
 
 

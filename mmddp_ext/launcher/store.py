@@ -10,10 +10,12 @@ from typing import Optional
 
 import torch.distributed as dist
 
+from mmddp_launch.rendezvous import (DEFAULT_LOG_EVERY, DEFAULT_TIMEOUT, LOG_EVERY_ENV, TIMEOUT_ENV,
+                                     is_loopback, listen_on, port_free, port_in_use_message,
+                                     seconds_from_env, unreachable_causes, wait_for_listener,
+                                     wait_until)
+
 from .env import DistEnv, DistEnvError
-from .rendezvous import (DEFAULT_LOG_EVERY, DEFAULT_TIMEOUT, LOG_EVERY_ENV, TIMEOUT_ENV,
-                         is_loopback, listen_on, port_free, port_in_use_message, seconds_from_env,
-                         unreachable_causes, wait_for_listener, wait_until)
 
 RENDEZVOUS_TIMEOUT_ENV = TIMEOUT_ENV
 DEFAULT_RENDEZVOUS_TIMEOUT = DEFAULT_TIMEOUT

@@ -1,16 +1,14 @@
-"""The front of ``tools/dist_train.sh``: check the rendezvous (:mod:`.rendezvous`), then run
-torchrun in this process; a failed worker ends with one line and a JSON report
+"""The front of ``tools/dist_train.sh``: check the rendezvous (:mod:`mmddp_launch.rendezvous`),
+then run torchrun in this process; a failed worker ends with one line and a JSON report
 (``$MMDDP_LAUNCH_REPORT``) instead of torchrun's dump. Its checks and exit codes:
 docs/launching.md, "The six ways", and docs/failures.md.
 
 Run as a script (``python mmddp_ext/launcher/torchrun_front.py --nnodes=N ... [torchrun
-args]``) so that the agent does not import the package (and with it MMEngine): its two
-sibling modules are then loaded from their files; imported as
-``mmddp_ext.launcher.torchrun_front`` (tests), normally.
+args]``) so that the agent does not import the package (and with it MMEngine): what it needs
+comes from the launch side, :mod:`mmddp_launch` (standard library and psutil).
 """
 import errno
 import gc
-import importlib.util
 import json
 import math
 import os
@@ -22,45 +20,18 @@ from typing import List, Optional, Sequence, Tuple
 
 import psutil
 
-
-def _sibling(name: str, relative: str):
-    """A standard-library-only module of the package, loaded from its file."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), relative)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-if __package__:
-    from ..utils.garbage_collector import settle_start_up
-    from ..utils.io import atomic_write_text
-    from . import rendezvous
-    from .ways import kubeflow
-else:  # a script: dist_train.sh
-    atomic_write_text = _sibling('_mmddp_ext_io', os.path.join('..', 'utils',
-                                                               'io.py')).atomic_write_text
-    settle_start_up = _sibling('_mmddp_ext_garbage_collector',
-                               os.path.join('..', 'utils', 'garbage_collector.py')).settle_start_up
-    rendezvous = _sibling('_mmddp_ext_rendezvous', 'rendezvous.py')
-    kubeflow = _sibling('_mmddp_ext_kubeflow', os.path.join('ways', 'kubeflow.py'))
+from mmddp_launch import kubeflow, rendezvous
+from mmddp_launch.files import atomic_write_text
+from mmddp_launch.shared import OMP_UNSET_ENV, STOP_REQUESTED_ENV, STOP_SIGNALS, STOPPED_EXIT_CODE
+from mmddp_launch.start_up import settle_start_up
 
 log = rendezvous.log
 REPORT_ENV = 'MMDDP_LAUNCH_REPORT'
 NOTHING_STARTED = 2
-STOPPED = 75  # every worker stopped on a signal after its checkpoint (PreemptionHook)
 # The stop signals reach the workers and leave torchrun's agent watching them: torchrun would
 # turn them into its own shutdown (SIGTERM to every worker, SIGKILL 30 s later, and no exit
 # code of theirs), SIGUSR1 would end the agent at once. torchrun keeps its other signals.
-STOP_SIGNALS = ('SIGTERM', 'SIGUSR1')
 TORCHRUN_SIGNALS = 'SIGINT,SIGHUP,SIGQUIT'
-# Set here once a stop signal was sent on; a worker that torchrun restarts (MAX_RESTARTS) after
-# the stop inherits it, and tools/dist_train.py then exits with STOPPED before training again
-STOP_REQUESTED_ENV = 'MMDDP_STOP_REQUESTED'
-# node/threads.py's OMP_UNSET_ENV (this script imports no module of the package that imports):
-# the user's environment had no OMP_NUM_THREADS, so the 1 torchrun sets is no choice, and each
-# rank shares the node's cores instead (tools/dist_train.py)
-OMP_UNSET_ENV = 'MMDDP_OMP_UNSET'
 
 
 def failure_records(failures: dict) -> List[dict]:
@@ -107,11 +78,11 @@ def _workers_started() -> bool:
 
 def forward_stop_signals() -> dict:
     """Handle :data:`STOP_SIGNALS` here: each one is sent on to the workers (this process's
-    children), whose ``PreemptionHook`` saves and exits with :data:`STOPPED`; the agent sees
-    their exits as it sees any other, and workers it restarts after that (``MAX_RESTARTS``)
-    exit with STOPPED at once (:data:`STOP_REQUESTED_ENV`). Before a worker exists the signal
-    ends this process as it would without the handler. Returns a dict that gets ``signal``
-    (the first one's name)."""
+    children), whose ``PreemptionHook`` saves and exits with :data:`STOPPED_EXIT_CODE`; the
+    agent sees their exits as it sees any other, and workers it restarts after that
+    (``MAX_RESTARTS``) exit with that code at once (:data:`STOP_REQUESTED_ENV`). Before a worker
+    exists the signal ends this process as it would without the handler. Returns a dict that
+    gets ``signal`` (the first one's name)."""
     received: dict = {}
 
     def forward(signum: int, frame) -> None:
@@ -128,8 +99,8 @@ def forward_stop_signals() -> dict:
             except psutil.NoSuchProcess:
                 pass
 
-    for name in STOP_SIGNALS:
-        signal.signal(getattr(signal, name), forward)
+    for number in STOP_SIGNALS:
+        signal.signal(number, forward)
     return received
 
 
@@ -153,7 +124,7 @@ _OPTIONS = {
 def split_args(argv: Sequence[str], environ: Optional[dict] = None) -> Tuple[dict, List[str]]:
     """The front's leading ``--name=value`` options (``dist_train.sh`` passes its ``NNODES``,
     ``NODE_RANK``, ``MASTER_ADDR`` and ``PORT`` as they are, empty where unset), completed from
-    a job operator's variables (:func:`~mmddp_ext.launcher.ways.kubeflow.node_layout`) and the
+    a job operator's variables (:func:`mmddp_launch.kubeflow.node_layout`) and the
     defaults, and the rest (torchrun's). ``ValueError``: one line naming the bad value."""
     opts = dict(nnodes='', node_rank='', master_addr='', master_port='')
     rest = list(argv)
@@ -224,7 +195,7 @@ def _prepare(opts: dict, timeout: float, log_every: float):
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Check, then run torchrun here; returns the exit code: 0 done, 1 a worker failed,
     NOTHING_STARTED (a bad setting, a port in use, an unreachable master, nodes that did not
-    join), STOPPED (every worker stopped on a signal after saving)."""
+    join), STOPPED_EXIT_CODE (every worker stopped on a signal after saving)."""
     try:
         opts, rest = split_args(sys.argv[1:] if argv is None else argv)
         mixed = kubeflow.layout_error(
@@ -239,7 +210,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as e:
         log(f'error: {e}')
         return NOTHING_STARTED
-    gc.disable()  # while torch is imported, as in tools/dist_train.py (utils/garbage_collector.py)
+    gc.disable()  # while torch is imported, as in tools/dist_train.py (mmddp_launch.start_up)
     # torch here, after the checks: a wrong port or address is reported before it loads
     import torch.distributed as dist
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -268,10 +239,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         records = failure_records(e.failures)
         # PreemptionHook: the first exit is a stop after the save that every worker took part
         # in; the others may then be ended by the agent: saved, not failed
-        if records and records[0]['exitcode'] == STOPPED:
+        if records and records[0]['exitcode'] == STOPPED_EXIT_CODE:
             log(f'torchrun: the workers stopped on a signal after saving a checkpoint (exit code '
-                f'{STOPPED}): --resume continues')
-            return STOPPED
+                f'{STOPPED_EXIT_CODE}): --resume continues')
+            return STOPPED_EXIT_CODE
         if received:
             log(f'torchrun: {received["signal"]} reached the job and its workers ended without a '
                 'checkpoint (no PreemptionHook, or a rank stopped before training or after it)')

@@ -6,9 +6,7 @@ per node, which leaves cores idle on a larger node.
 """
 from typing import Mapping, Optional
 
-# set by dist_train.sh's torchrun front where the user's environment has no OMP_NUM_THREADS:
-# torchrun then sets 1 for its workers, which is no choice of the user's
-OMP_UNSET_ENV = 'MMDDP_OMP_UNSET'
+from mmddp_launch.shared import OMP_UNSET_ENV
 
 
 def threads_per_process(environ: Mapping[str, str], local_world_size: int, cpu_count: Optional[int],

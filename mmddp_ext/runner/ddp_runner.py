@@ -21,6 +21,8 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import MODEL_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
+from mmddp_launch.files import move_into_place
+
 from ..agreement.collective import agree_or_stop, view_of
 from ..batch_finder.finder import find_max_batch
 from ..checkpoint import from_plain, refuse_nonfinite, save_error, to_plain
@@ -36,7 +38,6 @@ from ..launcher.layout import read_launch_env
 from ..memory.budget import apply_budget, checkpoint_writing
 from ..scaling.apply import CheckedScaling, apply_plan, check_scaling, plan_for_config
 from ..scaling.config import ScalingConfig
-from ..utils.io import move_into_place
 from ..utils.log import log_line
 from ..utils.process_state import restore, snapshot
 from ..utils.quiet import quiet_logger, quiet_warnings

@@ -17,7 +17,8 @@ from typing import Any, Dict, List, Optional
 import torch
 import torch.distributed as dist
 
-from ..utils.io import atomic_write_bytes
+from mmddp_launch.files import atomic_write_bytes
+
 from ..utils.log import log_line
 from ..utils.ranks import group_ranks, ranks_text
 from ..utils.units import format_bytes

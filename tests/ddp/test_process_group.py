@@ -6,7 +6,7 @@ import torch.distributed as dist
 
 from mmddp_ext.ddp.process_group import choose_backend, ensure_process_group
 from mmddp_ext.launcher.env import read_dist_env
-from mmddp_ext.launcher.rendezvous import find_free_port
+from mmddp_launch.rendezvous import find_free_port
 
 
 def test_not_distributed_starts_nothing():

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from mmddp_ext.entry.train import main
-from mmddp_ext.launcher.rendezvous import find_free_port
+from mmddp_launch.rendezvous import find_free_port
 
 from conftest import (DEMO_CONFIG, PYTHON, assert_no_debris, assert_not_trained, demo_options,
                       finish, popen)

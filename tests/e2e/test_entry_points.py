@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from mmddp_ext.launcher.rendezvous import find_free_port
+from mmddp_launch.rendezvous import find_free_port
 
 from conftest import DEMO_CONFIG, PYTHON, check_ok, demo_options, run
 

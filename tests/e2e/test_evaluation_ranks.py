@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from mmengine.config import Config
 
-from mmddp_ext.launcher.rendezvous import find_free_port
+from mmddp_launch.rendezvous import find_free_port
 
 from conftest import DEMO_CONFIG, PYTHON, ROOT, check_ok, demo_options, once, run
 from preloaded import train

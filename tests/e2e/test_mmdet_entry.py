@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from mmddp_ext.launcher.rendezvous import find_free_port
+from mmddp_launch.rendezvous import find_free_port
 
 from conftest import PYTHON, ROOT, check_ok, demo_options, run
 

@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 
-from mmddp_ext.launcher.rendezvous import find_free_port
+from mmddp_launch.rendezvous import find_free_port
 
 from conftest import DEMO_CONFIG, PYTHON, ROOT, check_ok, demo_options, run
 

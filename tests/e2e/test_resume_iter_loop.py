@@ -38,7 +38,7 @@ def _config(tmp_path, flags: str, records: str, held: int, max_iters: int) -> st
 def _by_hand(config: str, work: str, data: str, max_iters: int, extra=()) -> list:
     """The 2 ranks, started by hand, with the demo's workers; the epoch options of
     ``demo_options`` left out (an iteration-based loop takes none)."""
-    from mmddp_ext.launcher.rendezvous import find_free_port
+    from mmddp_launch.rendezvous import find_free_port
     port = str(find_free_port())
     options = [
         o for o in demo_options(data, **STOP_OPTIONS, **DEMO_WORKERS)

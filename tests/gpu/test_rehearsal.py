@@ -11,7 +11,7 @@ import os.path as osp
 import pytest
 
 from mmddp_ext.gpu.fake import make_fake_host
-from mmddp_ext.launcher.rendezvous import find_free_port
+from mmddp_launch.rendezvous import find_free_port
 
 from conftest import (DEMO_CONFIG, assert_not_trained, check_ok, demo_options, demo_with_hooks,
                       finish, popen, run)

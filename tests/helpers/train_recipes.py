@@ -18,7 +18,7 @@ import traceback
 
 def train_each(out_dir: str, pairs) -> None:
     from mmddp_ext.entry.train import main as train
-    from mmddp_ext.utils.garbage_collector import collect_all
+    from mmddp_launch.start_up import collect_all
     for pair in pairs:
         name, config = pair.split('=', 1)
         work = osp.join(out_dir, name, 'work')

@@ -13,7 +13,7 @@ import psutil
 import pytest
 from listening import assert_loopback_only, finish_watching_sockets, other_hostname_prefix
 
-from mmddp_ext.launcher.rendezvous import find_free_port
+from mmddp_launch.rendezvous import find_free_port
 
 from conftest import (DEMO_CONFIG, PYTHON, ROOT, demo_options, demo_with_hooks, finish, popen,
                       read_records, recording_config, run)
@@ -66,7 +66,7 @@ def test_dist_train_sh_two_processes(healthy_run, demo_data):
     for rank, r in records.items():
         assert r['dist_world'] == 2
         assert r['env']['RANK'] == r['env']['LOCAL_RANK'] == str(rank)
-        # the entry's start-up (mmddp_ext.utils.garbage_collector): collector on, the runner frozen
+        # the entry's start-up (mmddp_launch.start_up): collector on, the runner frozen
         assert r['gc'] == dict(enabled=True, runner_frozen=True)
     _assert_disjoint_and_complete(records, 2, demo_data)
     assert 'process group: gloo' in healthy_run.out and 'RANK 0 of WORLD_SIZE 2' in healthy_run.out

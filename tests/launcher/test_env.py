@@ -154,12 +154,6 @@ def test_unparsable_nodelist():
         slurm.first_host('[')
 
 
-def test_the_fronts_marker_is_the_one_the_ranks_read():
-    from mmddp_ext.launcher import torchrun_front
-    from mmddp_ext.node.threads import OMP_UNSET_ENV
-    assert torchrun_front.OMP_UNSET_ENV == OMP_UNSET_ENV
-
-
 def test_a_slurm_task_says_how_many_cpus_it_has():
     env = read_dist_env(dict(SLURM_TASK, SLURM_CPUS_PER_TASK='5'), num_gpus=2)
     assert (env.task_cpus, env.task_cpus_of) == (5, 'its Slurm task')

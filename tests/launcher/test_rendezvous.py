@@ -15,8 +15,8 @@ import psutil
 import pytest
 from listening import assert_loopback_only, other_hostname_prefix
 
-from mmddp_ext.launcher import rendezvous
-from mmddp_ext.launcher.rendezvous import find_free_port
+from mmddp_launch import rendezvous
+from mmddp_launch.rendezvous import find_free_port
 
 from conftest import (DEMO_CONFIG, PYTHON, assert_no_debris, assert_not_trained, demo_options,
                       finish, popen, run)

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from mmddp_ext.launcher import rendezvous
 from mmddp_ext.launcher.env import DistEnv, DistEnvError
-from mmddp_ext.launcher.rendezvous import find_free_port
 from mmddp_ext.launcher.store import check_port_free, rendezvous_store, rendezvous_timeout
+from mmddp_launch import rendezvous
+from mmddp_launch.rendezvous import find_free_port
 
 
 @pytest.mark.parametrize('value, seconds', [(None, 300.0), ('12', 12.0), ('0.5', 0.5)])

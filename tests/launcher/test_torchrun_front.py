@@ -1,4 +1,4 @@
-"""The rendezvous helpers (:mod:`mmddp_ext.launcher.rendezvous`) and the torchrun front's failure
+"""The rendezvous helpers (:mod:`mmddp_launch.rendezvous`) and the torchrun front's failure
 records (:mod:`mmddp_ext.launcher.torchrun_front`), in-process: who holds a port, pinning
 gloo/NCCL to the loopback interface, waiting with progress lines, torchrun's failures as
 records and one line. The front run for real is in ``test_rendezvous.py``."""
@@ -9,7 +9,8 @@ import socket
 import psutil
 import pytest
 
-from mmddp_ext.launcher import rendezvous, torchrun_front
+from mmddp_ext.launcher import torchrun_front
+from mmddp_launch import rendezvous
 
 
 def test_port_holder_names_the_listening_process():
@@ -100,7 +101,7 @@ def test_wait_for_listener_names_why_nothing_answered():
         (dict(WORLD_SIZE='2', RANK='1'), 2, 0, 1, 'RANK=1 is set in this environment'),
     ])
 def test_operator_layout_error(environ, nnodes, node_rank, nproc, wrong):
-    from mmddp_ext.launcher.ways import kubeflow
+    from mmddp_launch import kubeflow
     line = kubeflow.layout_error(environ, nnodes, node_rank, nproc)
     if wrong is None:
         assert line is None
@@ -119,7 +120,7 @@ def test_operator_layout_error(environ, nnodes, node_rank, nproc, wrong):
         (dict(MASTER_PORT='23456'), ('1', '0', ''), ('1', '0', ''), False),  # one node: a free one
     ])
 def test_the_operators_layout_fills_what_the_user_left_unset(environ, given, expected, noted):
-    from mmddp_ext.launcher.ways import kubeflow
+    from mmddp_launch import kubeflow
     *got, note = kubeflow.node_layout(environ, *given)
     assert tuple(got) == expected and bool(note) == noted
 

@@ -14,8 +14,8 @@ from mmengine.testing.runner_test_case import ToyModel
 
 import mmddp_ext  # noqa: F401  (what custom_imports does)
 from mmddp_ext.ddp.wrapper import batchnorm_for_cpu, sync_bn_layers
-from mmddp_ext.launcher.rendezvous import find_free_port
 from mmddp_ext.runner.ddp_runner import DDPRunner
+from mmddp_launch.rendezvous import find_free_port
 
 
 class TestRunnerType(RunnerTestCase):

@@ -72,7 +72,7 @@ def _search(upper):
 
 
 def _seconds(raw):
-    from mmddp_ext.launcher.rendezvous import seconds_from_env
+    from mmddp_launch.rendezvous import seconds_from_env
     return seconds_from_env({'WAIT': raw}, 'WAIT', 30.0)
 
 

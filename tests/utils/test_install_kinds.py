@@ -16,7 +16,8 @@ import pytest
 
 from conftest import ROOT
 
-SOURCES = ('setup.py', 'README.md', 'model-index.yml', 'requirements', 'configs', 'mmddp_ext')
+SOURCES = ('setup.py', 'README.md', 'model-index.yml', 'requirements', 'configs', 'mmddp_ext',
+           'mmddp_launch')
 
 CHECK = """
 import os.path as osp, sys
@@ -25,6 +26,8 @@ from mmengine.config import Config
 from mmddp_ext.utils.config import resolve_config_path
 here = osp.dirname(osp.abspath(mmddp_ext.__file__))
 assert here.startswith(sys.argv[1]), (here, sys.argv[1])
+import mmddp_launch  # the launch side, the distribution's second package, installed beside it
+assert osp.dirname(osp.abspath(mmddp_launch.__file__)).startswith(sys.argv[1])
 path = resolve_config_path('mmddp_ext::_base_/ddp_runtime.py')
 assert path.startswith(here), (path, here)
 open('child.py', 'w').write("_base_ = ['mmddp_ext::_base_/ddp_runtime.py']\\n")

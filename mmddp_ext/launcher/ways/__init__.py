@@ -1,7 +1,8 @@
 """The ways a job is started, one module each, tried in the order of :data:`WAYS`: torchrun
 (:mod:`.torchrun`), ranks started by hand (:mod:`.by_hand`), Slurm's srun (:mod:`.slurm`),
 OpenMPI's mpirun (:mod:`.mpi`). ``mmddp_ext.launch()`` runs torchrun's agent; Kubeflow's
-PyTorchJob runs ``dist_train.sh`` in each pod (:mod:`.kubeflow`, read by its front).
+PyTorchJob runs ``dist_train.sh`` in each pod (:mod:`mmddp_launch.kubeflow`, read
+by its front).
 
 Each module holds everything about its way: ``NAME`` (MMEngine's ``launcher`` value),
 ``detect(environ)``, ``ask(environ)`` (what only the scheduler's own tools say), the pure

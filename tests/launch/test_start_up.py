@@ -1,4 +1,4 @@
-"""The collector around start-up (:mod:`mmddp_ext.utils.garbage_collector`), in a fresh
+"""The collector around start-up (:mod:`mmddp_launch.start_up`), in a fresh
 interpreter (``gc.freeze`` is for the whole process: not in pytest's). The entry's own use of it is
 asserted on the shared 2-process run (``tests/launcher/test_elastic.py``, the ranks' ``gc``)."""
 import subprocess
@@ -6,10 +6,9 @@ import subprocess
 from conftest import PYTHON, ROOT
 
 SCRIPT = r'''
-import gc, importlib.util, sys, weakref
-spec = importlib.util.spec_from_file_location('start_up', sys.argv[1])
-start_up = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(start_up)
+import gc, sys, weakref
+from mmddp_launch import start_up
+assert 'torch' not in sys.modules                # the launch side imports no training stack
 
 class Node:
     pass
@@ -38,7 +37,6 @@ print('ok', frozen)
 
 
 def test_start_up_garbage_is_freed_the_rest_frozen_until_collect_all():
-    path = f'{ROOT}/mmddp_ext/utils/garbage_collector.py'  # stdlib only: no package import needed
-    proc = subprocess.run([PYTHON, '-c', SCRIPT, path], capture_output=True, text=True)
+    proc = subprocess.run([PYTHON, '-c', SCRIPT], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith('ok ') and int(proc.stdout.split()[1]) > 0

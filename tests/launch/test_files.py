@@ -1,7 +1,7 @@
-"""The package's one atomic write (``mmddp_ext/utils/io.py``) in real child processes: killed in
+"""The package's one atomic write (:mod:`mmddp_launch.files`) in real child processes: killed in
 the middle of writing, and on a full filesystem, the file at the path is the old one, whole.
 
-The module is loaded from its file (standard library only), so each child starts in a moment."""
+The module imports the standard library only, so each child starts in a moment."""
 import errno
 import os
 import os.path as osp
@@ -12,18 +12,14 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT
-
-IO = osp.join(ROOT, 'mmddp_ext', 'utils', 'io.py')
+IO = 'mmddp_launch.files'
 OLD = b'old checkpoint\n' * 100
 NEW_SIZE = 2 << 20  # larger than both limits below
 
-# argv: io.py, the path to write, the file-size limit in bytes (0: none)
+# argv: the module, the path to write, the file-size limit in bytes (0: none)
 _WRITER = textwrap.dedent('''
-    import importlib.util, resource, signal, sys
-    spec = importlib.util.spec_from_file_location('io_under_test', sys.argv[1])
-    io = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(io)
+    import importlib, resource, signal, sys
+    io = importlib.import_module(sys.argv[1])
     limit = int(sys.argv[3])
     if limit:  # the kernel stops the write at the limit and kills this process (SIGXFSZ,
         # which Python ignores unless told otherwise)
