@@ -1,11 +1,12 @@
 """Shared fixtures: the repository root, a small demo dataset, a subprocess runner, and real
 runs made once per test session (:func:`once`) for the tests that only read their outputs."""
+import contextlib
 import os
 import os.path as osp
 import shutil
 import subprocess
 import sys
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 import pytest
 from filelock import FileLock
@@ -196,6 +197,24 @@ def stop_hung(proc: subprocess.Popen) -> str:
         except psutil.Error:
             pass
     return '\n'.join(stacks)
+
+
+@contextlib.contextmanager
+def mmengine_log() -> Iterator[List[str]]:
+    """The messages MMEngine's current logger emits inside the block, as they come (its
+    logger does not propagate to pytest's ``caplog``)."""
+    import logging
+
+    from mmengine.logging import MMLogger
+    seen: List[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logger = MMLogger.get_current_instance()
+    logger.addHandler(handler)
+    try:
+        yield seen
+    finally:
+        logger.removeHandler(handler)
 
 
 def check_ok(proc) -> str:

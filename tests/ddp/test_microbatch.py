@@ -13,7 +13,7 @@ from mmengine.optim import OptimWrapper
 
 from mmddp_ext.ddp.microbatch import MicrobatchDDP
 
-from conftest import PYTHON, check_ok, once, run
+from conftest import PYTHON, check_ok, mmengine_log, once, run
 
 
 class FitsUpTo(BaseModel):
@@ -90,10 +90,7 @@ def test_gives_up_at_one_sample_with_the_fix(group):
 def test_the_batch_that_ran_out_is_described_and_logged(group):
     """What made the batch heavy (its images, largest shape, most objects) is kept for the
     failure record and said in the warning of the redo."""
-    import logging
-
     from mmdet.structures import DetDataSample
-    from mmengine.logging import MMLogger
     from mmengine.structures import InstanceData
 
     class IgnoresTargets(FitsUpTo):
@@ -110,15 +107,8 @@ def test_the_batch_that_ran_out_is_described_and_logged(group):
         samples.append(sample)
     model = MicrobatchDDP(module=IgnoresTargets(2), device_ids=None)
     optim = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1))
-    seen = []
-    handler = logging.Handler()
-    handler.emit = lambda record: seen.append(record.getMessage())
-    logger = MMLogger.get_current_instance()
-    logger.addHandler(handler)
-    try:
+    with mmengine_log() as seen:
         model.train_step(dict(inputs=list(torch.randn(4, 3)), data_samples=samples), optim)
-    finally:
-        logger.removeHandler(handler)
     assert model.failed_batch == dict(samples=[0, 1, 2, 3], shape=[256, 96], objects=9)
     said = '\n'.join(seen)
     assert 'this rank: 4 samples up to 96×256, 9 objects (images 0, 1, 2, 3)' in said

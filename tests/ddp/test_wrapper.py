@@ -1,14 +1,13 @@
 """The DDP wrapper config (pure): lean defaults, the config's own keys win, other wrappers are
 left alone, and MicrobatchDDP with on_oom='microbatch'; the wrapper a run builds
 (``model_wrapper_for``, the one place it is decided)."""
-import logging
-
 import pytest
 from mmengine.config import Config
-from mmengine.logging import MMLogger
 
 from mmddp_ext.ddp.wrapper import buffer_sync_key, ddp_wrapper_cfg, model_wrapper_for
 from mmddp_ext.errors import ScalingError
+
+from conftest import mmengine_log
 
 
 def _cfg(**extra) -> Config:
@@ -65,16 +64,9 @@ def test_model_wrapper_for_a_run(distributed, on_oom, expected_type):
 
 def test_a_default_guard_gives_way_to_the_configs_own_wrapper():
     fsdp = dict(type='MMFullyShardedDataParallel')
-    logged = []
-    handler = logging.Handler()
-    handler.emit = lambda record: logged.append(record.getMessage())
-    logger = MMLogger.get_current_instance()
-    logger.addHandler(handler)
-    try:
+    with mmengine_log() as logged:
         assert model_wrapper_for(
             _cfg(model_wrapper_cfg=fsdp), True, 'microbatch', guard_by_default=True) == fsdp
-    finally:
-        logger.removeHandler(handler)
     assert any('is not guarded against running out of memory' in m for m in logged)
     with pytest.raises(ScalingError, match='needs a DDP model wrapper'):  # asked for: refused
         model_wrapper_for(_cfg(model_wrapper_cfg=fsdp), True, 'microbatch')
