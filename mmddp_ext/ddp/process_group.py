@@ -93,10 +93,10 @@ def ensure_process_group(launcher: str, dist_cfg: Optional[dict] = None,
                          env: Optional[DistEnv] = None) -> List[str]:
     """The one way a run starts its process group: unless the run is not distributed
     (``launcher == 'none'``) or a group exists already, pin this rank's GPU and initialise the
-    group (:func:`init_distributed`). Every entry point calls it before any CUDA work:
-    ``tools/dist_train.py`` before it builds the runner (so MMEngine's CUDA-only ``init_dist``
-    never runs), :class:`~mmddp_ext.runner.DDPRunner` when built from another entry point
-    (MMPose's or MMDetection's ``tools/train.py``, ``Runner.from_cfg`` in a script).
+    group (:func:`init_distributed`). Called before any CUDA work and before the Runner is
+    built (so MMEngine's CUDA-only ``init_dist`` never runs), by :func:`~.join.join_job`, and
+    by :class:`~mmddp_ext.runner.DDPRunner`'s ``setup_env`` for a DDPRunner constructed
+    directly.
 
     Args:
         launcher: The config's ``launcher``.

@@ -25,8 +25,9 @@ from mmddp_launch.shared import STOPPED_EXIT_CODE
 from mmddp_launch.start_up import release_run, settle_start_up
 
 from ..checkpoint import UNSAFE_ENV
-from ..ddp.process_group import ensure_process_group, shutdown
-from ..ddp.wrapper import ddp_param_names, model_wrapper_for
+from ..ddp.join import join_job
+from ..ddp.process_group import shutdown
+from ..ddp.wrapper import ddp_param_names
 from ..diagnose.rank_screen import print_rank_screen
 from ..diagnose.records import clear_failure, note_work_dir, record_failure, stderr_path
 from ..diagnose.stderr_copy import keep_stderr
@@ -123,16 +124,19 @@ def check_config(cfg: Config, world_size: int, distributed: bool) -> Optional[Ch
     return None
 
 
-def build_runner(cfg: Config, checked: Optional[CheckedScaling] = None):
+def build_runner(cfg: Config, checked: Optional[CheckedScaling] = None,
+                 env: Optional[DistEnv] = None):
     """``RUNNERS.build`` when the config names a ``runner_type`` (MMPose ignores it), else the
-    stock ``Runner.from_cfg``; a runner that plans gets what :func:`check_config` checked
-    (when its ``from_cfg`` takes ``checked``, as :class:`~mmddp_ext.runner.DDPRunner`'s does)."""
+    stock ``Runner.from_cfg``; a runner that plans gets what :func:`check_config` checked and
+    the launcher's environment (when its ``from_cfg`` takes them, as
+    :class:`~mmddp_ext.runner.DDPRunner`'s does)."""
 
     if 'runner_type' not in cfg:
         return Runner.from_cfg(cfg)
     cls = runner_class(cfg.runner_type)
-    if checked is not None and 'checked' in inspect.signature(cls.from_cfg).parameters:
-        return cls.from_cfg(cfg, checked=checked)  # what RUNNERS.build does, plus the plan
+    takes = inspect.signature(cls.from_cfg).parameters
+    if checked is not None and 'checked' in takes:  # what RUNNERS.build does, plus the plan
+        return cls.from_cfg(cfg, checked=checked, **({'env': env} if 'env' in takes else {}))
     return RUNNERS.build(cfg)
 
 
@@ -201,12 +205,10 @@ def _train(args: argparse.Namespace, env: DistEnv) -> int:
             keep_stderr(stderr_path(work_dir, env.rank))
         notes = [env.describe(), *env.warnings]
         notes += share_cores(env, cfg)
-        if env.distributed and not applies_plan(cfg.get('runner_type')):
-            # a stock runner: the lean DDP wrapper (DDPRunner decides its own in from_cfg)
-            cfg.model_wrapper_cfg = model_wrapper_for(cfg, True)
-        notes += ensure_process_group(env.launcher, cfg.get('env_cfg', {}).get('dist_cfg'), env)
+        if not applies_plan(cfg.get('runner_type')):  # DDPRunner joins in its from_cfg
+            notes += join_job(cfg, env=env)  # the lean DDP wrapper, the process group
         ops = missing_gpu_ops(cfg, _tensors_on_gpu())  # said before the first iteration
-        runner = build_runner(cfg, checked)
+        runner = build_runner(cfg, checked, env)
         if owns_process():  # a guest leaves the caller's collector alone
             settle_start_up()  # the collector on again, the start-up's objects out of its view
         for note in notes:

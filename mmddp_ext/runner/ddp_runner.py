@@ -28,12 +28,14 @@ from ..batch_finder.finder import find_max_batch
 from ..checkpoint import from_plain, refuse_nonfinite, save_error, to_plain
 from ..dataloader.shared_batches import share_batches
 from ..dataloader.workers import tie_workers
+from ..ddp.join import join_job
 from ..ddp.process_group import ensure_process_group
-from ..ddp.wrapper import ddp_param_names, model_wrapper_for, sync_bn_for_rank, with_rank_device
+from ..ddp.wrapper import ddp_param_names, sync_bn_for_rank, with_rank_device
 from ..errors import ScalingError
 from ..global_loss.log_processor import log_processor_cfg
 from ..gpu import gpus, rank_device
 from ..hooks.finite_checkpoint_hook import finite_checkpoint_type
+from ..launcher.env import DistEnv
 from ..launcher.layout import read_launch_env
 from ..memory.budget import apply_budget, checkpoint_writing
 from ..scaling.apply import CheckedScaling, apply_plan, check_scaling, plan_for_config
@@ -69,14 +71,7 @@ def _agreement_on(cfg: Any) -> bool:
         for h in listed)
 
 
-def _init_process_group(launcher: str, env_cfg: Optional[dict]) -> None:
-    """:func:`~mmddp_ext.ddp.process_group.ensure_process_group`, its notes logged."""
-    for note in ensure_process_group(launcher, (env_cfg or {}).get('dist_cfg')):
-        print_log(f'[mmddp_ext] {note}', logger='current')
-
-
-def _measure(cfg: Any, checked: CheckedScaling,
-             launcher: str) -> Tuple[Optional[int], Optional[tuple], Any]:
+def _measure(cfg: Any, checked: CheckedScaling) -> Tuple[Optional[int], Optional[tuple], Any]:
     """Apply ``scaling.memory_budget_mib`` and, for ``max_batch_per_device='auto'``, measure
     the per-device batch that fits on every rank (:mod:`mmddp_ext.batch_finder.finder`).
 
@@ -87,9 +82,7 @@ def _measure(cfg: Any, checked: CheckedScaling,
     scaling, world_size = checked.scaling, checked.world_size
     if scaling.memory_budget_mib is None and not scaling.probe:
         return None, None, None
-    # first: it pins this rank's GPU, so the device below is LOCAL_RANK's and not GPU 0
-    _init_process_group(launcher, cfg.get('env_cfg'))
-    device = rank_device()
+    device = rank_device()  # LOCAL_RANK's: the process group's start pinned it
     budget = apply_budget(scaling.memory_budget_mib, device)
     if not scaling.probe:
         if budget is not None:  # the finder says it in its own first line
@@ -192,7 +185,8 @@ class DDPRunner(RankEvaluation, Runner):
             restore(self.process_state)
 
     @classmethod
-    def from_cfg(cls, cfg: Any, checked: Optional[CheckedScaling] = None) -> 'DDPRunner':
+    def from_cfg(cls, cfg: Any, checked: Optional[CheckedScaling] = None,
+                 env: Optional[DistEnv] = None) -> 'DDPRunner':
         """Plan, apply the plan to a copy of ``cfg``, then build the Runner.
 
         ``checked``: what the entry point parsed, checked and planned already for this world
@@ -203,10 +197,14 @@ class DDPRunner(RankEvaluation, Runner):
         our hooks. So is one whose plan this world size refuses: ``train()`` raises the
         refusal, ``val()`` and ``test()`` run (MMPose's and MMDetection's ``tools/test.py``
         build the whole config's runner and only test, on however many GPUs there are).
+        ``env``: the launcher's environment, when the entry point read it already.
+
+        Before the finder and the Runner, the run's model wrapper is chosen and the process
+        group started (:func:`~mmddp_ext.ddp.join.join_job`).
         """
         state = snapshot()  # a guest's process as it was, when the run ends (process_state)
         try:
-            runner = cls._from_cfg(cfg, checked)
+            runner = cls._from_cfg(cfg, checked, env)
         except BaseException:
             restore(state)
             raise
@@ -214,10 +212,11 @@ class DDPRunner(RankEvaluation, Runner):
         return runner
 
     @classmethod
-    def _from_cfg(cls, cfg: Any, checked: Optional[CheckedScaling]) -> 'DDPRunner':
+    def _from_cfg(cls, cfg: Any, checked: Optional[CheckedScaling],
+                  env: Optional[DistEnv]) -> 'DDPRunner':
         cfg = TextOnceConfig.copy_of(cfg)  # formatted once, not at every pretty_text
         launcher = cfg.get('launcher', 'none')
-        world_size = _world_size(launcher)
+        world_size = env.world_size if env is not None else _world_size(launcher)
         training = has_training_parts(cfg)
         distributed = launcher != 'none'
         refused = None  # a plan refused for this world size: train() raises it, test() runs
@@ -226,13 +225,13 @@ class DDPRunner(RankEvaluation, Runner):
             training = refused is None
         # nothing to train: nothing to plan, nothing to measure
         scaling = checked.scaling if training else ScalingConfig()
-        wrapper = model_wrapper_for(cfg, distributed, scaling.oom_policy,
-                                    guard_by_default=scaling.on_oom is None)
-        if wrapper is not None:
-            cfg.model_wrapper_cfg = wrapper
+        # the wrapper and the process group: before the finder, which measures on this
+        # rank's device (pinned by the group's start) and with the run's wrapper
+        for note in join_job(cfg, scaling, env):  # every rank says its backend
+            print_log(f'[mmddp_ext] {note}', logger='current')
         plan, changes, stored, baseline = None, [], None, None
         if training:
-            measured, stored, baseline = _measure(cfg, checked, launcher)
+            measured, stored, baseline = _measure(cfg, checked)
             plan = checked.plan if measured is None else plan_for_config(
                 cfg, world_size, max_batch_per_device=measured, scaling=scaling)
             changes = apply_plan(cfg, plan)
@@ -394,6 +393,7 @@ class DDPRunner(RankEvaluation, Runner):
         on CPU, bounded rendezvous) when the entry point did not, then let MMEngine do the
         rest of its set-up."""
         quiet_warnings()
-        if self.distributed:
-            _init_process_group(self.launcher, env_cfg)
+        if self.distributed:  # a DDPRunner constructed directly; from_cfg started it already
+            for note in ensure_process_group(self.launcher, (env_cfg or {}).get('dist_cfg')):
+                print_log(f'[mmddp_ext] {note}', logger='current')
         super().setup_env(env_cfg)

@@ -1,16 +1,29 @@
-"""``ensure_process_group``: the one way a run starts its process group, in-process."""
+"""``ensure_process_group``, the one way a run starts its process group, and ``join_job``,
+which every runner calls once before it is built (the wrapper, then the group), in-process."""
 import os
 
 import pytest
 import torch.distributed as dist
+from mmengine.config import Config
 
+from mmddp_ext.ddp.join import join_job
 from mmddp_ext.ddp.process_group import choose_backend, ensure_process_group
 from mmddp_ext.launcher.env import read_dist_env
+from mmddp_ext.scaling.config import ScalingConfig
 from mmddp_launch.rendezvous import find_free_port
 
 
 def test_not_distributed_starts_nothing():
     assert ensure_process_group('none', dict(backend='nccl')) == []
+    assert not dist.is_initialized()
+
+
+@pytest.mark.parametrize('scaling, wrapper',
+                         [(None, None), (ScalingConfig(on_oom='microbatch'), 'MicrobatchDDP')])
+def test_joining_one_process_chooses_the_wrapper_and_starts_nothing(scaling, wrapper):
+    cfg = Config(dict(model=dict(type='X'), launcher='none'))
+    assert join_job(cfg, scaling) == []
+    assert (cfg.get('model_wrapper_cfg') or {}).get('type') == wrapper
     assert not dist.is_initialized()
 
 
@@ -42,6 +55,10 @@ def test_starts_once_then_leaves_the_group_alone(monkeypatch):
         # a second entry point (DDPRunner after dist_train.py) finds it and does nothing
         assert ensure_process_group('pytorch', dict(backend='nccl')) == []
         assert dist.get_backend() == 'gloo'
+        # a runner joining after it: its wrapper is chosen, the group left as it is
+        cfg = Config(dict(model=dict(type='X'), launcher='pytorch'))
+        assert join_job(cfg) == [] and dist.get_backend() == 'gloo'
+        assert cfg.model_wrapper_cfg.type == 'MMDistributedDataParallel'
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
