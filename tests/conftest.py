@@ -171,9 +171,16 @@ def stop_hung(proc: subprocess.Popen) -> str:
     ``py-spy dump`` where it is on PATH, then SIGKILL to all of them, so a hang shows where it
     waited and leaves nothing behind."""
     import psutil
-    pipe = f'pipe:[{os.fstat(proc.stdout.fileno()).st_ino}]'
-    holders = []
-    for p in psutil.process_iter():
+    holders, pipe = [], None
+    if getattr(proc, 'stdout', None) is None:  # a forked rank (``preloaded.Forked``): its tree
+        try:
+            top = psutil.Process(proc.pid)
+            holders = [top] + top.children(recursive=True)
+        except psutil.Error:
+            pass
+    else:
+        pipe = f'pipe:[{os.fstat(proc.stdout.fileno()).st_ino}]'
+    for p in psutil.process_iter() if pipe else ():
         try:
             fds = os.listdir(f'/proc/{p.pid}/fd')
             if p.pid != os.getpid() and any(
@@ -241,22 +248,18 @@ def assert_no_debris(work_dir) -> None:
 
 
 def stop_point_by_hand(config: str, work: str, data: str, extra=(),
-                       options: Optional[Dict[str, str]] = None) -> List[subprocess.Popen]:
+                       options: Optional[Dict[str, str]] = None) -> list:
     """The 2 ranks of a preemption test's run (``tests.helpers.stop_point_hook``: 2 epochs of
-    8 iterations), started by hand (RANK, WORLD_SIZE, MASTER_*); ``options`` change
+    8 iterations), started by hand (RANK, WORLD_SIZE, MASTER_*) from the preloaded stack
+    (``preloaded.by_hand``: read as ``subprocess.Popen`` objects); ``options`` change
     :func:`demo_options`' (e.g. the demo's own DataLoader workers, :data:`DEMO_WORKERS`)."""
-    from mmddp_launch.rendezvous import find_free_port
-
+    from preloaded import by_hand
     from tests.helpers.stop_point_hook import STOP_OPTIONS
-    port = str(find_free_port())
-    cmd = [
-        PYTHON, 'tools/dist_train.py', config, '--work-dir', work, *extra,
+    args = [
+        config, '--work-dir', work, *extra,
         *demo_options(data, 2, **STOP_OPTIONS, **(options or {}))
     ]
-    return [
-        popen(cmd, env=dict(RANK=str(r), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=port))
-        for r in (0, 1)
-    ]
+    return by_hand(args, work + '_ranks')
 
 
 def demo_with_hooks(tmp_path, hooks: str, modules=(), name: str = 'demo_hooks.py') -> str:

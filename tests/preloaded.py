@@ -122,6 +122,39 @@ class Ranks:
         return results
 
 
+class Forked:
+    """One process :func:`start` forked, read as ``conftest.finish`` and the tests read a
+    ``subprocess.Popen``: ``pid``, ``args``, ``poll()`` and ``returncode`` (negative: killed by
+    that signal), ``communicate(timeout)`` (its output, once it ended), ``send_signal``."""
+
+    def __init__(self, proc, log: str, args: List[str]) -> None:
+        self.proc, self.log, self.args, self.pid = proc, log, args, proc.pid
+
+    def poll(self) -> Optional[int]:
+        return self.proc.exitcode
+
+    @property
+    def returncode(self) -> Optional[int]:
+        return self.proc.exitcode
+
+    def send_signal(self, signum: int) -> None:
+        os.kill(self.pid, signum)
+
+    def communicate(self, timeout: Optional[float] = None):
+        self.proc.join(timeout)
+        if self.proc.exitcode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        with open(self.log) as f:
+            return f.read(), None
+
+
+def by_hand(args: List[str], out_dir: str, nproc: int = 2,
+            env: Optional[Dict[str, str]] = None) -> List[Forked]:
+    """:func:`start`'s ranks (by hand), each read as a ``subprocess.Popen`` (:class:`Forked`)."""
+    ranks = start(args, out_dir, nproc, env)
+    return [Forked(p, log, [SCRIPT, *args]) for p, log in zip(ranks.procs, ranks.logs)]
+
+
 def start(args: List[str], out_dir: str, nproc: int = 1, env: Optional[Dict[str, str]] = None,
           port: Optional[int] = None, script: str = SCRIPT, one_log: bool = False) -> Ranks:
     """Start ``tools/dist_train.py ARGS`` in ``nproc`` processes (by hand where more than one:

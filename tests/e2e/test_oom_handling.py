@@ -114,9 +114,9 @@ def _found_batch_trains_or_nothing_fits(out: str, rc: int) -> str:
 def test_batch_probe_agrees_on_the_tightest_rank_and_is_reused(demo_data, tmp_path):
     """Rank 1's limit is placed at the midpoint between a trial at 2 and at 32 samples,
     measured on this machine: the ranks agree, rank 1 (only) is named, the found batch trains
-    to the end, the result is reused. Then a sweep over a quarter and three quarters of the
-    way: every run trains to its end or stops before training with one line (never an
-    out-of-memory error after "fits")."""
+    to the end, the result is reused. Then a quarter of the way, near the low end: the run
+    trains to its end or stops before training with one line (never an out-of-memory error
+    after "fits"). Above the midpoint there is more room than at it, which trained."""
     records = str(tmp_path / 'records')
     cfg = _config(tmp_path, records, ['limit_rank'])
     opts = _options(
@@ -125,7 +125,7 @@ def test_batch_probe_agrees_on_the_tightest_rank_and_is_reused(demo_data, tmp_pa
             'scaling.max_batch_per_device': 'auto',
             'scaling.memory_budget_mib': '100000'
         })
-    middle, *sweep = _measured_limits_mib(tmp_path, cfg, opts, (0.5, 0.25, 0.75))
+    middle, low = _measured_limits_mib(tmp_path, cfg, opts, (0.5, 0.25))
     work = str(tmp_path / 'w')
     env = {'MMDDP_TEST_LIMIT': f'1:{middle}'}  # rank 1 has less memory than the others
     proc = run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work, *opts], env=env)
@@ -165,18 +165,12 @@ def test_batch_probe_agrees_on_the_tightest_rank_and_is_reused(demo_data, tmp_pa
     assert f'per-device batch {found} fits on every rank (measured before, read from' in again
     assert 'trial 1' not in again and 'warm-up' not in again
 
-    outcomes = []
-    for limit in sweep:
-        proc = run([
-            'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
-            str(tmp_path / f'sweep{limit}'), *opts
-        ], env={'MMDDP_TEST_LIMIT': f'1:{limit}'})
-        # the promise at every point: it trains to its end, or stops before training with one
-        # line (near the low end the warm-up with its reserve may not fit where training would)
-        outcomes.append(_found_batch_trains_or_nothing_fits(proc.stdout, proc.returncode))
-    # a quarter of the way may stop before training (the warm-up with its reserve); three
-    # quarters has more room than the midpoint, which trained: it trains
-    assert outcomes[1] == 'trained', outcomes
+    proc = run(
+        ['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
+         str(tmp_path / 'low'), *opts], env={'MMDDP_TEST_LIMIT': f'1:{low}'})
+    # the promise: it trains to its end, or stops before training with one line (near the low
+    # end the warm-up with its reserve may not fit where training would)
+    _found_batch_trains_or_nothing_fits(proc.stdout, proc.returncode)
 
 
 @pytest.mark.slow

@@ -20,9 +20,11 @@ pytestmark = pytest.mark.slow
 EPOCHS = 2
 
 
-@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGUSR1])
 def test_a_stop_signal_to_every_process_saves_and_resume_trains_each_batch_once(
-        stop_point_reference, demo_data, tmp_path, signum):
+        stop_point_reference, demo_data, tmp_path):
+    """SIGTERM to the ranks started by hand and their workers. SIGUSR1 to every process:
+    ``dist_train.sh`` below and ``tests/slurm/test_preemption.py`` (``scancel --full``)."""
+    signum = signal.SIGTERM
     flags, work = str(tmp_path / 'flags'), str(tmp_path / 'w')
     config = demo_with_hooks(tmp_path, hook_source(flags, 10), ['stop_point_hook'])
     procs = stop_point_by_hand(config, work, demo_data, options=DEMO_WORKERS)
@@ -49,8 +51,8 @@ def test_a_stop_signal_to_every_process_saves_and_resume_trains_each_batch_once(
         assert trained[rank] == stop_point_reference[rank]
 
 
-@pytest.mark.parametrize('signum, whom, restarts', [(signal.SIGTERM, 'all', '0'),
-                                                    (signal.SIGUSR1, 'all', '0'),
+# SIGTERM to every process: by hand above (the ranks and their workers, as here)
+@pytest.mark.parametrize('signum, whom, restarts', [(signal.SIGUSR1, 'all', '0'),
                                                     (signal.SIGTERM, 'script', '2')])
 def test_dist_train_sh_waits_for_its_ranks_and_exits_with_their_code(stop_point_reference,
                                                                      demo_data, tmp_path, signum,

@@ -1,5 +1,6 @@
 """An iteration-based demo run (``IterBasedTrainLoop`` with ``InfiniteSampler``, as
-MMSegmentation's and many MMDetection configs train), 2 ranks by hand with the demo's own
+MMSegmentation's and many MMDetection configs train), 2 ranks by hand (forked from the
+preloaded stack, ``tests/preloaded.py``) with the demo's own
 DataLoader workers, told to stop by SIGTERM to every process: it saves after the agreed
 iteration, exits 75, and ``--resume`` trains the rest with the batches a run that was never
 stopped trained, each once, without loading any sample of the iterations already trained
@@ -10,7 +11,8 @@ from collections import Counter
 
 import pytest
 
-from conftest import DEMO_WORKERS, PYTHON, demo_options, demo_with_hooks, finish, popen
+from conftest import DEMO_WORKERS, demo_options, demo_with_hooks, finish
+from preloaded import by_hand
 from tests.helpers.load_record import loads
 from tests.helpers.stop_point_hook import (STOP_OPTIONS, hook_source, job_processes,
                                            trained_iterations, wait_for)
@@ -36,19 +38,13 @@ def _config(tmp_path, flags: str, records: str, held: int, max_iters: int) -> st
 
 
 def _by_hand(config: str, work: str, data: str, max_iters: int, extra=()) -> list:
-    """The 2 ranks, started by hand, with the demo's workers; the epoch options of
-    ``demo_options`` left out (an iteration-based loop takes none)."""
-    from mmddp_launch.rendezvous import find_free_port
-    port = str(find_free_port())
+    """The 2 ranks, started by hand from the preloaded stack, with the demo's workers; the
+    epoch options of ``demo_options`` left out (an iteration-based loop takes none)."""
     options = [
         o for o in demo_options(data, **STOP_OPTIONS, **DEMO_WORKERS)
         if not o.startswith('train_cfg.max_epochs=')
     ] + [f'train_cfg.max_iters={max_iters}']
-    cmd = [PYTHON, 'tools/dist_train.py', config, '--work-dir', work, *extra, *options]
-    return [
-        popen(cmd, env=dict(RANK=str(r), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1', MASTER_PORT=port))
-        for r in (0, 1)
-    ]
+    return by_hand([config, '--work-dir', work, *extra, *options], work + '_ranks')
 
 
 def test_sigterm_under_iter_based_loop_resumes_at_the_sampler(demo_data, tmp_path):

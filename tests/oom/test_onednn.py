@@ -14,7 +14,7 @@ from mmddp_ext.oom.onednn import turn_off_onednn_after
 from conftest import PYTHON, check_ok, run
 
 HELPER = 'tests/helpers/onednn_oom.py'
-LIMITS = 24  # evenly spaced over the whole range: forward, backward and optimizer each fail
+LIMITS = 12  # evenly spaced over the whole range: forward, backward and optimizer each fail
 
 
 def _report(mode, data):
