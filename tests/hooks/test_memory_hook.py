@@ -9,7 +9,8 @@ import pytest
 
 from mmddp_ext.hooks.memory_hook import RankMemoryHook, format_table
 
-from conftest import demo_options, demo_with_hooks, run
+from conftest import demo_options, demo_with_hooks
+from preloaded import dist_train
 
 GIB = 2**30
 MIB = 2**20
@@ -107,10 +108,10 @@ def test_real_out_of_memory_on_one_rank_is_diagnosed(demo_data, tmp_path):
     cfg = demo_with_hooks(tmp_path, "dict(type='StepBudgetHook', rank=1, fraction=0.5)",
                           ['step_budget_hook'])
     work = str(tmp_path / 'w')
-    proc = run([
-        'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work,
-        *demo_options(demo_data, 1, **{'scaling.global_batch_size': '64'})
-    ])
+    # by hand from the preloaded stack, the diagnosis after the ranks as dist_train.sh runs it
+    proc = dist_train([
+        cfg, '--work-dir', work, *demo_options(demo_data, 1, **{'scaling.global_batch_size': '64'})
+    ], 2, str(tmp_path / 'ranks'), diagnose=True)
     assert proc.returncode != 0
     measured = json.load(open(osp.join(work, 'step_budget_rank1.json')))
     assert measured['optimizer'] == 'Adam'  # 2 × the parameters' bytes of state
