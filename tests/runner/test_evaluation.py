@@ -3,7 +3,6 @@ busy for three times the process group's collective timeout. MMEngine's ``Evalua
 waiting rank to the timeout; ours returns the same metrics on both ranks, computed from both
 ranks' results. The demo trained under ``dist_train.sh`` with such a metric:
 ``tests/e2e/test_slow_metric.py``."""
-import multiprocessing
 import os
 import os.path as osp
 import time
@@ -16,6 +15,8 @@ import torch.distributed as dist
 from mmengine.evaluator import BaseMetric, Evaluator
 
 from mmddp_ext.runner.evaluation import PatientEvaluator, keeps_stock_evaluate, to_cpu
+
+from preloaded import fork_server
 
 COLLECTIVE_TIMEOUT = 2.0  # seconds: the process group's, far below rank 0's computation
 
@@ -65,7 +66,7 @@ def _rank(rank: int, store: str, kind: str, metric_kwargs: dict, out: str) -> No
 
 
 def _two_ranks(tmp_path, kind: str, **metric_kwargs) -> dict:
-    ctx = multiprocessing.get_context('spawn')
+    ctx = fork_server()  # each rank a process of its own, the stack imported already
     procs = [
         ctx.Process(target=_rank,
                     args=(r, str(tmp_path / 'store'), kind, metric_kwargs, str(tmp_path)))
