@@ -3,8 +3,10 @@ processes, one of them under a tighter address-space limit measured on the spot 
 out-of-memory error: the finder's trials, the guard's redone step, the agreed stop), or with an
 out-of-memory error injected above a batch size where a test needs the finder's answer fixed
 (the found batch that fails later in training); the demo at 128×128 input (activations grow
-with the batch enough to matter on a CPU). Where no limit is measured against a fresh process,
-the ranks are started by hand from the preloaded stack (``tests/preloaded.py``)."""
+with the batch enough to matter on a CPU). The ranks are started by hand from the preloaded
+stack (``tests/preloaded.py``), and so is the process that measures where a limit goes, so
+that the limit counts from the same point of the same kind of process; where every rank's
+record is asserted after one rank failed, under ``dist_train.sh``, both afresh."""
 import json
 import math
 import os.path as osp
@@ -15,9 +17,10 @@ import pytest
 from mmddp_ext.diagnose.records import read_failures as read_failure_records
 
 from conftest import DEMO_CONFIG, PYTHON, ROOT, check_ok, demo_options, read_records, run
-from preloaded import dist_train, train
+from preloaded import dist_train, start, train
 
 DEMO_128 = osp.join(ROOT, 'configs', 'demo', 'td-hm_res18_1xb32-30e_demo-128x128.py')
+MEASURE = osp.join(ROOT, 'tests', 'helpers', 'measure_trial_peaks.py')
 
 
 def _config(tmp_path, record_dir, modules=(), hooks=''):
@@ -62,18 +65,26 @@ def test_microbatch_step_equals_ddp_step(tmp_path):
     assert ranks[0]['checksum'] == ranks[1]['checksum']
 
 
-def _measured_peaks(tmp_path, cfg, opts):
+def _measured_peaks(tmp_path, cfg, opts, fresh=False):
     """What the finder's steps reach on this machine, measured now, in bytes
     (``tests/helpers/measure_trial_peaks.py``: its model built, its warm-up step, its trials
     at 2 and at 32 samples, and the process size where ``tests.helpers.limit_rank`` counts
     from)."""
     out = str(tmp_path / 'peaks.json')
-    check_ok(
-        run([
-            PYTHON, 'tests/helpers/measure_trial_peaks.py', out, '2', '32', cfg, '--work-dir',
-            str(tmp_path / 'measure'), *opts
-        ]))
+    args = [out, '2', '32', cfg, '--work-dir', str(tmp_path / 'measure'), *opts]
+    if fresh:  # for ranks started afresh
+        check_ok(run([PYTHON, MEASURE, *args]))
+    else:  # for ranks forked from the preloaded stack (_limited_run)
+        (code, log), = start(args, str(tmp_path / 'measure_out'), script=MEASURE).wait()
+        assert code == 0, log[-4000:]
     return json.load(open(out))
+
+
+def _limited_run(cfg, work, opts, env, out_dir):
+    """2 ranks by hand from the preloaded stack, as the trial peaks were measured (the limit
+    counts from the same point of the same kind of process), the diagnosis after them as
+    ``dist_train.sh`` runs it."""
+    return dist_train([cfg, '--work-dir', work, *opts], 2, str(out_dir), env=env, diagnose=True)
 
 
 def _measured_limits_mib(tmp_path, cfg, opts, fractions):
@@ -128,7 +139,7 @@ def test_batch_probe_agrees_on_the_tightest_rank_and_is_reused(demo_data, tmp_pa
     middle, low = _measured_limits_mib(tmp_path, cfg, opts, (0.5, 0.25))
     work = str(tmp_path / 'w')
     env = {'MMDDP_TEST_LIMIT': f'1:{middle}'}  # rank 1 has less memory than the others
-    proc = run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work, *opts], env=env)
+    proc = _limited_run(cfg, work, opts, env, tmp_path / 'ranks')
     out = proc.stdout
     assert _found_batch_trains_or_nothing_fits(out, proc.returncode) == 'trained'
     assert 'measuring host memory (CPU run, no GPU measured)' in out
@@ -160,14 +171,12 @@ def test_batch_probe_agrees_on_the_tightest_rank_and_is_reused(demo_data, tmp_pa
     stored = json.load(open(osp.join(work, 'batch_probe.json')))
     assert 'host memory' in stored['measured'] and stored['result']['max_batch'] == found
 
-    again = check_ok(
-        run(['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir', work, *opts], env=env))
+    again = check_ok(_limited_run(cfg, work, opts, env, tmp_path / 'ranks_again'))
     assert f'per-device batch {found} fits on every rank (measured before, read from' in again
     assert 'trial 1' not in again and 'warm-up' not in again
 
-    proc = run(
-        ['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
-         str(tmp_path / 'low'), *opts], env={'MMDDP_TEST_LIMIT': f'1:{low}'})
+    proc = _limited_run(cfg, str(tmp_path / 'low'), opts, {'MMDDP_TEST_LIMIT': f'1:{low}'},
+                        tmp_path / 'ranks_low')
     # the promise: it trains to its end, or stops before training with one line (near the low
     # end the warm-up with its reserve may not fit where training would)
     _found_batch_trains_or_nothing_fits(proc.stdout, proc.returncode)
@@ -186,7 +195,9 @@ def test_a_finder_that_finds_nothing_names_the_rank_that_ran_out(demo_data, tmp_
             'scaling.max_batch_per_device': 'auto',
             'scaling.memory_budget_mib': '100000'
         })
-    peaks = _measured_peaks(tmp_path, cfg, opts)
+    # under dist_train.sh: its torchrun stops the other rank as it stops a job, and each rank
+    # still writes its record (fresh processes, as the ranks)
+    peaks = _measured_peaks(tmp_path, cfg, opts, fresh=True)
     assert peaks['warm_up'] > peaks['built'], peaks  # the warm-up step reached a new peak
     limit = int(((peaks['built'] + peaks['warm_up']) / 2 - peaks['at_import']) / 2**20)
     work = str(tmp_path / 'w')
