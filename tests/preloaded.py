@@ -138,7 +138,12 @@ class Forked:
         return self.proc.exitcode
 
     def send_signal(self, signum: int) -> None:
-        os.kill(self.pid, signum)
+        """As ``Popen.send_signal``: nothing once the process has ended."""
+        if self.proc.exitcode is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:  # it ended meanwhile
+                pass
 
     def communicate(self, timeout: Optional[float] = None):
         self.proc.join(timeout)
