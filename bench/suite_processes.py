@@ -3,7 +3,14 @@ every process of the machine from /proc twice a second: its command, its parent,
 the test that started it (``PYTEST_CURRENT_TEST`` in its environment). Writes
 ``bench/results/test_suite.json``: the wall time, the CPU of the sampled processes by kind
 (``tools/dist_train.py`` ranks, the torchrun front, the diagnosis, ...) with the kind of their
-parent, and the tests whose processes took the most.
+parent, the tests whose processes took the most, and ``floor``: how long the run would take on
+these cores if no process paid for starting Python and importing the stack.
+
+The floor is a lower bound. After pytest, a fresh interpreter importing what a rank imports is
+timed (``start_up_cpu_s``, median of 3); every sampled process started afresh (its command line
+differs from its parent's: DataLoader workers and processes forked from a preloaded parent do
+not count) is credited that much, or its whole CPU where it took less, and the rest is divided
+by the cores.
 
     python bench/suite_processes.py                      # the README's pytest
     python bench/suite_processes.py -- tests/e2e -n 2    # other pytest arguments
@@ -23,6 +30,9 @@ DEFAULT = ['tests', '-n', '2', '--dist', 'load', '--maxschedchunk', '1']
 KINDS = ('dist_train.py', 'torchrun_front.py', 'diagnose.py', 'torch.distributed.run', 'srun',
          'slurmstepd', 'mpirun', 'orted', 'execnet', 'forkserver', 'multiprocessing')
 HZ = os.sysconf('SC_CLK_TCK')
+# what a demo rank imports before it trains (MMEngine's registry imports MMPose's modules)
+STACK = ('torch', 'mmengine.runner', 'mmcv.ops', 'mmpose.models', 'mmpose.datasets',
+         'mmpose.evaluation', 'mmpose.visualization', 'mmpose.engine', 'mmddp_ext.entry.train')
 
 
 def _kind(cmd):
@@ -73,6 +83,43 @@ def summarize(procs, args, returncode, wall):
         }, tests=[dict(test=t, cpu_s=round(c, 1)) for t, c in tests.most_common(30)])
 
 
+def start_up_cpu(runs: int = 3) -> float:
+    """CPU-s of a fresh interpreter that imports :data:`STACK` and exits (median of ``runs``)."""
+    import resource
+    import statistics
+    code = 'import gc; gc.disable()\n' + ''.join(f'import {m}\n' for m in STACK)
+    env = dict(os.environ, NO_ALBUMENTATIONS_UPDATE='1', OMP_NUM_THREADS='1')
+    taken = []
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, '-c', code], env=env, check=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        taken.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return statistics.median(taken)
+
+
+def floor(procs, start_up: float, wall: float) -> dict:
+    """The run's wall time if no process paid for its start (see the module docstring)."""
+    by_pid = {p['pid']: p for p in procs}
+    fresh = [
+        p for p in procs if _kind(p['cmd']) != 'pytest worker' and (
+            p['ppid'] not in by_pid or by_pid[p['ppid']]['cmd'] != p['cmd'])
+        and osp.basename(p['cmd'][0] if p['cmd'] else '').startswith('python')
+    ]
+    credited = sum(min(p['cpu'], start_up) for p in fresh)
+    cores = len(os.sched_getaffinity(0))
+    sampled = sum(p['cpu'] for p in procs)
+    without = (sampled - credited) / cores
+    return {
+        'cores': cores,
+        'start_up_cpu_s': round(start_up, 2),
+        'fresh_interpreters': len(fresh),
+        'start_up_credited_cpu_s': round(credited, 1),
+        'wall_s_without_start_up': round(without, 1),
+        'used_share_of_the_cores': round(sampled / (cores * wall), 3),
+    }
+
+
 def main(argv):
     args = argv[argv.index('--') + 1:] if '--' in argv else DEFAULT
     seen = {}
@@ -83,12 +130,17 @@ def main(argv):
         time.sleep(0.5)
     wall = time.monotonic() - start
     result = summarize(list(seen.values()), args, proc.returncode, wall)
+    result['floor'] = floor(list(seen.values()), start_up_cpu(), wall)
     os.makedirs(osp.join(ROOT, 'bench', 'results'), exist_ok=True)
     with open(osp.join(ROOT, 'bench', 'results', 'test_suite.json'), 'w') as f:
         json.dump(result, f, indent=1)
     for name, k in list(result['kinds'].items())[:12]:
         print(f'{k["cpu_s"]:8.1f} CPU-s {k["processes"]:5d} processes  {name}')
     print(f'wall {wall:.0f} s, sampled CPU {result["sampled_cpu_s"]:.0f} s')
+    low = result['floor']
+    print(f'{low["fresh_interpreters"]} fresh interpreters, start-up {low["start_up_cpu_s"]} '
+          f'CPU-s each: without it the run would take at least '
+          f'{low["wall_s_without_start_up"]:.0f} s on {low["cores"]} cores')
     return proc.returncode
 
 
