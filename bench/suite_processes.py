@@ -6,11 +6,12 @@ the test that started it (``PYTEST_CURRENT_TEST`` in its environment). Writes
 parent, the tests whose processes took the most, and ``floor``: how long the run would take on
 these cores if no process paid for starting Python and importing the stack.
 
-The floor is a lower bound. After pytest, a fresh interpreter importing what a rank imports is
-timed (``start_up_cpu_s``, median of 3); every sampled process started afresh (its command line
-differs from its parent's: DataLoader workers and processes forked from a preloaded parent do
-not count) is credited that much, or its whole CPU where it took less, and the rest is divided
-by the cores.
+The floor is a lower bound. After pytest, on the idle machine, one demo run (one process, one
+epoch) is measured in a fresh interpreter and forked from a parent that imported the stack
+(``start_up_cpu_s``: the difference of the medians of 3, what a process started from a
+preloaded parent saves). Every sampled process started afresh (its command line differs from
+its parent's: DataLoader workers and processes forked from a preloaded parent do not count) is
+credited that much, or its whole CPU where it took less, and the rest is divided by the cores.
 
     python bench/suite_processes.py                      # the README's pytest
     python bench/suite_processes.py -- tests/e2e -n 2    # other pytest arguments
@@ -30,7 +31,8 @@ DEFAULT = ['tests', '-n', '2', '--dist', 'load', '--maxschedchunk', '1']
 KINDS = ('dist_train.py', 'torchrun_front.py', 'diagnose.py', 'torch.distributed.run', 'srun',
          'slurmstepd', 'mpirun', 'orted', 'execnet', 'forkserver', 'multiprocessing')
 HZ = os.sysconf('SC_CLK_TCK')
-# what a demo rank imports before it trains (MMEngine's registry imports MMPose's modules)
+SCRIPT = osp.join(ROOT, 'tools', 'dist_train.py')
+# what the forked demo run's parent imports (tests/preloaded.py's list)
 STACK = ('torch', 'mmengine.runner', 'mmcv.ops', 'mmpose.models', 'mmpose.datasets',
          'mmpose.evaluation', 'mmpose.visualization', 'mmpose.engine', 'mmddp_ext.entry.train')
 
@@ -83,22 +85,64 @@ def summarize(procs, args, returncode, wall):
         }, tests=[dict(test=t, cpu_s=round(c, 1)) for t, c in tests.most_common(30)])
 
 
-def start_up_cpu(runs: int = 3) -> float:
-    """CPU-s of a fresh interpreter that imports :data:`STACK` and exits (median of ``runs``)."""
-    import resource
+def _busy_cpu() -> float:
+    """CPU-s the whole machine has spent busy (all but idle and iowait) since it started."""
+    with open('/proc/stat') as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / HZ
+
+
+def _run_as_main(argv):
+    """In a forked process: ``tools/dist_train.py ARGV`` as its own ``__main__``, output dropped."""
+    import runpy
+    os.chdir(ROOT)
+    sys.argv = [SCRIPT, *argv]
+    with open(os.devnull, 'w') as null:
+        os.dup2(null.fileno(), 1)
+        os.dup2(null.fileno(), 2)
+    try:
+        runpy.run_path(SCRIPT, run_name='__main__')
+    except SystemExit as stop:
+        if stop.code:
+            raise
+
+
+def start_up_cpu(runs: int = 3) -> dict:
+    """What a process forked from a parent that imported the stack saves: the machine's busy
+    CPU-s for one demo run in a fresh interpreter and in a forked one (medians of ``runs``,
+    taken on an idle machine, after pytest)."""
+    import multiprocessing
     import statistics
-    code = 'import gc; gc.disable()\n' + ''.join(f'import {m}\n' for m in STACK)
+    import tempfile
+
+    from common import DEMO, data_options, demo_data
     env = dict(os.environ, NO_ALBUMENTATIONS_UPDATE='1', OMP_NUM_THREADS='1')
-    taken = []
-    for _ in range(runs):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run([sys.executable, '-c', code], env=env, check=True)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        taken.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
-    return statistics.median(taken)
+    os.environ.update(NO_ALBUMENTATIONS_UPDATE='1', OMP_NUM_THREADS='1')
+    ctx = multiprocessing.get_context('forkserver')
+    ctx.set_forkserver_preload(list(STACK))
+    from multiprocessing import forkserver
+    forkserver.ensure_running()
+    opts = ['--cfg-options', *data_options(demo_data(64), 1)]
+    taken = dict(fresh=[], forked=[])
+    for i in range(runs):
+        work = tempfile.mkdtemp(prefix='mmddp_bench_')
+        before = _busy_cpu()
+        subprocess.run([sys.executable, SCRIPT, DEMO, '--work-dir', work + '/a', *opts], env=env,
+                       cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        taken['fresh'].append(_busy_cpu() - before)
+        before = _busy_cpu()
+        forked = ctx.Process(target=_run_as_main, args=([DEMO, '--work-dir', work + '/b', *opts], ))
+        forked.start()
+        forked.join()
+        assert forked.exitcode == 0, forked.exitcode
+        taken['forked'].append(_busy_cpu() - before)
+    fresh, forked = (statistics.median(taken[k]) for k in ('fresh', 'forked'))
+    return dict(
+        fresh_demo_run_cpu_s=round(fresh, 2), forked_demo_run_cpu_s=round(forked, 2),
+        start_up_cpu_s=round(fresh - forked, 2))
 
 
-def floor(procs, start_up: float, wall: float) -> dict:
+def floor(procs, measured: dict, wall: float) -> dict:
     """The run's wall time if no process paid for its start (see the module docstring)."""
     by_pid = {p['pid']: p for p in procs}
     fresh = [
@@ -106,17 +150,19 @@ def floor(procs, start_up: float, wall: float) -> dict:
             p['ppid'] not in by_pid or by_pid[p['ppid']]['cmd'] != p['cmd'])
         and osp.basename(p['cmd'][0] if p['cmd'] else '').startswith('python')
     ]
+    start_up = measured['start_up_cpu_s']
     credited = sum(min(p['cpu'], start_up) for p in fresh)
     cores = len(os.sched_getaffinity(0))
     sampled = sum(p['cpu'] for p in procs)
     without = (sampled - credited) / cores
     return {
         'cores': cores,
-        'start_up_cpu_s': round(start_up, 2),
+        **measured,
         'fresh_interpreters': len(fresh),
         'start_up_credited_cpu_s': round(credited, 1),
         'wall_s_without_start_up': round(without, 1),
         'used_share_of_the_cores': round(sampled / (cores * wall), 3),
+        'fresh_cpu_s': sorted(round(p['cpu'], 1) for p in fresh),
     }
 
 
