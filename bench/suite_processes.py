@@ -129,7 +129,7 @@ def start_up_cpu(runs: int = 3) -> dict:
     forkserver.ensure_running()
     opts = ['--cfg-options', *data_options(demo_data(64), 1)]
     taken = dict(fresh=[], forked=[])
-    for i in range(runs):
+    for _ in range(runs):
         work = tempfile.mkdtemp(prefix='mmddp_bench_')
         before = _busy_cpu()
         subprocess.run([sys.executable, SCRIPT, DEMO, '--work-dir', work + '/a', *opts], env=env,
@@ -151,7 +151,10 @@ def floor(procs, measured: dict, wall: float) -> dict:
     """The run's wall time if no process paid for its start, and if only the processes that no
     launcher started (the tests' own) did not (see the module docstring)."""
     by_pid = {p['pid']: p for p in procs}
-    parent = lambda p: _kind(by_pid[p['ppid']]['cmd']) if p['ppid'] in by_pid else '?'  # noqa
+
+    def parent(p: dict) -> str:
+        return _kind(by_pid[p['ppid']]['cmd']) if p['ppid'] in by_pid else '?'
+
     fresh = [
         p for p in procs if _kind(p['cmd']) != 'pytest worker' and (
             p['ppid'] not in by_pid or by_pid[p['ppid']]['cmd'] != p['cmd'])
@@ -167,25 +170,16 @@ def floor(procs, measured: dict, wall: float) -> dict:
     credited_own = sum(min(p['cpu'], start_up) for p in own)
     cores = len(os.sched_getaffinity(0))
     sampled = sum(p['cpu'] for p in procs)
-    return {
-        'cores':
-        cores,
-        **measured,
-        'fresh_interpreters':
-        len(fresh),
-        'started_by_the_tests_themselves':
-        len(own),
-        'start_up_credited_cpu_s':
-        round(credited, 1),
-        'wall_s_without_start_up':
-        round((sampled - credited) / cores, 1),
-        'wall_s_without_start_up_where_no_launcher_started_it':
-        round((sampled - credited_own) / cores, 1),
-        'used_share_of_the_cores':
-        round(sampled / (cores * wall), 3),
-        'fresh_cpu_s_and_parent':
-        sorted(((round(p['cpu'], 1), parent(p)) for p in fresh), reverse=True),
-    }
+    out = dict(cores=cores, **measured, fresh_interpreters=len(fresh))
+    out['started_by_the_tests_themselves'] = len(own)
+    out['start_up_credited_cpu_s'] = round(credited, 1)
+    out['wall_s_without_start_up'] = round((sampled - credited) / cores, 1)
+    out['wall_s_without_start_up_where_no_launcher_started_it'] = round(
+        (sampled - credited_own) / cores, 1)
+    out['used_share_of_the_cores'] = round(sampled / (cores * wall), 3)
+    out['fresh_cpu_s_and_parent'] = sorted(((round(p['cpu'], 1), parent(p)) for p in fresh),
+                                           reverse=True)
+    return out
 
 
 def main(argv):
