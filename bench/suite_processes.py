@@ -37,9 +37,6 @@ HZ = os.sysconf('SC_CLK_TCK')
 LAUNCHERS = ('torchrun_front.py', 'torch.distributed.run', 'srun', 'slurmstepd', 'mpirun', 'orted',
              'bash', 'timeout')
 SCRIPT = osp.join(ROOT, 'tools', 'dist_train.py')
-# what the forked demo run's parent imports (tests/preloaded.py's list)
-STACK = ('torch', 'mmengine.runner', 'mmcv.ops', 'mmpose.models', 'mmpose.datasets',
-         'mmpose.evaluation', 'mmpose.visualization', 'mmpose.engine', 'mmddp_ext.entry.train')
 
 
 def _kind(cmd):
@@ -97,36 +94,18 @@ def _busy_cpu() -> float:
     return (sum(ticks) - ticks[3] - ticks[4]) / HZ
 
 
-def _run_as_main(argv):
-    """In a forked process: ``tools/dist_train.py ARGV`` as its own ``__main__``, output dropped."""
-    import runpy
-    os.chdir(ROOT)
-    sys.argv = [SCRIPT, *argv]
-    with open(os.devnull, 'w') as null:
-        os.dup2(null.fileno(), 1)
-        os.dup2(null.fileno(), 2)
-    try:
-        runpy.run_path(SCRIPT, run_name='__main__')
-    except SystemExit as stop:
-        if stop.code:
-            raise
-
-
 def start_up_cpu(runs: int = 3) -> dict:
     """What a process forked from a parent that imported the stack saves: the machine's busy
     CPU-s for one demo run in a fresh interpreter and in a forked one (medians of ``runs``,
     taken on an idle machine, after pytest)."""
-    import multiprocessing
     import statistics
     import tempfile
 
     from common import DEMO, data_options, demo_data
-    env = dict(os.environ, NO_ALBUMENTATIONS_UPDATE='1', OMP_NUM_THREADS='1')
-    os.environ.update(NO_ALBUMENTATIONS_UPDATE='1', OMP_NUM_THREADS='1')
-    ctx = multiprocessing.get_context('forkserver')
-    ctx.set_forkserver_preload(list(STACK))
-    from multiprocessing import forkserver
-    forkserver.ensure_running()
+    sys.path[:0] = [ROOT, osp.join(ROOT, 'tests')]
+    import preloaded  # the tests' own preloaded parent (tests/preloaded.py)
+    preloaded.fork_server()
+    env = dict(os.environ, **preloaded.SERVER_ENV)
     opts = ['--cfg-options', *data_options(demo_data(64), 1)]
     taken = dict(fresh=[], forked=[])
     for _ in range(runs):
@@ -136,10 +115,8 @@ def start_up_cpu(runs: int = 3) -> dict:
                        cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         taken['fresh'].append(_busy_cpu() - before)
         before = _busy_cpu()
-        forked = ctx.Process(target=_run_as_main, args=([DEMO, '--work-dir', work + '/b', *opts], ))
-        forked.start()
-        forked.join()
-        assert forked.exitcode == 0, forked.exitcode
+        done = preloaded.train([DEMO, '--work-dir', work + '/b', *opts], work + '/b_out')
+        assert done.returncode == 0, done.stdout[-3000:]
         taken['forked'].append(_busy_cpu() - before)
     fresh, forked = (statistics.median(taken[k]) for k in ('fresh', 'forked'))
     return dict(
